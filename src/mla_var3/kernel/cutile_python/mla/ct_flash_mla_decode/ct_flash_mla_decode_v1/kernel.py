@@ -1,0 +1,193 @@
+"""ct_flash_mla_decode_v1: cuTile MLA decode (DeepSeek-V3 absorbed MLA, FlashMLA's contract).
+
+Run (GPU, standalone check + one timing):
+    python scripts/dev_check_ct_flash_mla_decode.py
+Compile only (CPU, no GPU):
+    python -c "from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.ct_flash_mla_decode_v1 \
+import kernel as k; print(k.export_cubin(1, 64)[:4])"
+
+Tiling
+- q is viewed as [b, s_q*h_q, 576]: row r is query token r // h_q, head r % h_q. One block per
+  (64-row tile of those rows, sequence): grid (cdiv(s_q*h_q, BLOCK_M), b, 1). The row tile is
+  the fastest grid axis so that the two blocks of one sequence at h_q=128 run side by side and
+  share its pages through L2.
+- The block walks its sequence's pages in order (one page = 64 keys = one KV tile). Per page:
+  the page id is read from block_table as a 0-d tile and used as a tile index into the cache
+  viewed as [num_blocks, 64, 576]; two loads: the 64x512 latent part (K_nope and V at once: the
+  values are the same rows) and the 64x64 rope part.
+  S = q_nope . K_nope^T + q_rope . K_rope^T (two ct.mma, f32), online softmax in the log2 domain
+  (exp2, scale folded into scale_log2), acc += P(bf16) . V with V = the latent tile just loaded.
+  The latent tile is loaded once and used twice (B operand of both GEMMs).
+- Epilogue: out = acc / l (0 where no key was visible), lse = (m + log2 l) * ln 2 (+inf where no
+  key was visible); out stored as a [1, BLOCK_M, 512] tile (rows past s_q*h_q fall outside the
+  array and are dropped by the bounded store); lse scattered to [b, h_q, s_q] with a row mask.
+
+Constraints
+- bf16 q / cache, page size 64, head dims 576 / 512, h_kv = 1 (asserted in `launch`).
+- Pages past ceil(seqlen/64) are never touched: the loop runs exactly cdiv(seqlen, 64) pages, so
+  the poisoned block_table entries (2147480000) are never read.
+- Masking happens only on pages that can hold a masked key (j >= mask_start): the latent and rope
+  tiles are zeroed where key >= seqlen (the cache rows there are NaN, and 0 * NaN = NaN in P.V),
+  and S is set to -inf where key >= the row's visible count (seqlen - s_q + 1 + token; for
+  s_q = 1 that is seqlen). m starts at a finite -1e30 so a row that sees nothing never computes
+  -inf - (-inf).
+- TMA: the export signatures state the alignment facts cuTile needs to use it (pitfall 15):
+  every array is C-contiguous (last stride constant 1), the bf16 arrays' strides are multiples of
+  64 elements (576 = 9 * 64, 512) and base addresses are 16-byte aligned (torch allocations are
+  256-byte aligned and the views start at offset 0). Without them cuTile emits scalar LDG.
+"""
+from __future__ import annotations
+
+import math
+
+import cuda.tile as ct
+
+ConstInt = ct.Constant[int]
+
+PAGE = 64            # keys per page of the paged cache
+D_QK = 576           # 512 latent + 64 rope
+D_V = 512
+D_ROPE = D_QK - D_V  # 64: the rope part is tile index D_V // D_ROPE = 8 in 64-column tiles
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+NEG_BIG = -1.0e30    # finite "minus infinity" for the running max (see Constraints)
+
+
+def _page_step(KV, BlockTable, bi, j, q_nope, q_rope, m_i, l_i, acc, scale_log2, seqlen, n_vis,
+               key_in_page, BLOCK_M, MASKED):
+    """One page (64 keys) of sequence bi: S, online softmax update, P.V. Inlined into the kernel;
+    MASKED is a Python constant, so the unmasked copy carries no masking code."""
+    page = ct.load(BlockTable, index=(bi, j), shape=())
+    kv = ct.load(KV, index=(page, 0, 0), shape=(1, PAGE, D_V), latency=4).reshape((PAGE, D_V))
+    kr = ct.load(KV, index=(page, 0, D_V // D_ROPE), shape=(1, PAGE, D_ROPE),
+                 latency=4).reshape((PAGE, D_ROPE))
+    if MASKED:
+        # Rows past seqlen are NaN in the cache: zero them so P.V sees 0 * 0, not 0 * NaN.
+        key = j * PAGE + key_in_page                                    # [PAGE]
+        key_ok = (key < seqlen).reshape((PAGE, 1))
+        kv = ct.where(key_ok, kv, ct.zeros((PAGE, D_V), dtype=kv.dtype))
+        kr = ct.where(key_ok, kr, ct.zeros((PAGE, D_ROPE), dtype=kr.dtype))
+
+    s = ct.mma(q_nope, ct.permute(kv, (1, 0)), ct.full((BLOCK_M, PAGE), 0.0, dtype=ct.float32))
+    s = ct.mma(q_rope, ct.permute(kr, (1, 0)), s)
+    if MASKED:
+        visible = key.reshape((1, PAGE)) < n_vis                        # [BLOCK_M, PAGE]
+        s = ct.where(visible, s, ct.full((BLOCK_M, PAGE), -math.inf, dtype=ct.float32))
+
+    # Online softmax in the log2 domain (scale > 0, so max(s) * scale = max(s * scale)).
+    m_new = ct.maximum(m_i, ct.max(s, axis=-1, keepdims=True) * scale_log2)
+    p = ct.exp2(s * scale_log2 - m_new, flush_to_zero=True)             # masked: exp2(-inf) = 0
+    alpha = ct.exp2(m_i - m_new, flush_to_zero=True)
+    l_new = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+    acc = ct.mma(p.astype(ct.bfloat16), kv, acc * alpha)
+    return m_new, l_new, acc
+
+
+@ct.kernel(occupancy=1, num_worker_warps=8)
+def mla_decode_kernel(Q, KV, BlockTable, Seqlens, Out, Lse, scale_log2: float,
+                      S_Q: ConstInt, H_Q: ConstInt, BLOCK_M: ConstInt):
+    """Q [b, s_q*h_q, 576] bf16; KV [num_blocks, 64, 576] bf16; BlockTable [b, max_blocks] i32;
+    Seqlens [b] i32; Out [b, s_q*h_q, 512] bf16; Lse [b, h_q, s_q] f32;
+    scale_log2 = softmax_scale * log2(e)."""
+    rt = ct.bid(0)                 # row tile of the s_q*h_q query rows
+    bi = ct.bid(1)                 # sequence
+    seqlen = ct.load(Seqlens, index=(bi,), shape=())
+
+    # Q tile once: latent part [BLOCK_M, 512] and rope part [BLOCK_M, 64]; rows past s_q*h_q
+    # are zero (they compute harmless finite garbage and are never stored).
+    q_nope = ct.load(Q, index=(bi, rt, 0), shape=(1, BLOCK_M, D_V),
+                     padding_mode=ct.PaddingMode.ZERO).reshape((BLOCK_M, D_V))
+    q_rope = ct.load(Q, index=(bi, rt, D_V // D_ROPE), shape=(1, BLOCK_M, D_ROPE),
+                     padding_mode=ct.PaddingMode.ZERO).reshape((BLOCK_M, D_ROPE))
+
+    # How many keys each row sees: keys 0 .. seqlen - s_q + token (inclusive).
+    rows = rt * BLOCK_M + ct.arange(BLOCK_M, dtype=ct.int32)            # [BLOCK_M]
+    n_vis = (seqlen - S_Q + 1 + rows // H_Q).reshape((BLOCK_M, 1))      # [BLOCK_M, 1]
+    key_in_page = ct.arange(PAGE, dtype=ct.int32)                       # [PAGE]
+
+    n_pages = ct.cdiv(seqlen, PAGE)
+    # Pages below mask_start hold only keys every row sees: no masking there.
+    mask_start = max(seqlen - S_Q + 1, 0) // PAGE
+
+    m_i = ct.full((BLOCK_M, 1), NEG_BIG, dtype=ct.float32)
+    l_i = ct.full((BLOCK_M, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((BLOCK_M, D_V), 0.0, dtype=ct.float32)
+
+    # Pages below mask_start: no masking (the masking code costs registers, so it is peeled).
+    for j in range(mask_start):
+        m_i, l_i, acc = _page_step(KV, BlockTable, bi, j, q_nope, q_rope, m_i, l_i, acc,
+                                   scale_log2, seqlen, n_vis, key_in_page, BLOCK_M, False)
+    # The last page (s_q = 1) or last few pages (causal): masked.
+    for j in range(mask_start, n_pages):
+        m_i, l_i, acc = _page_step(KV, BlockTable, bi, j, q_nope, q_rope, m_i, l_i, acc,
+                                   scale_log2, seqlen, n_vis, key_in_page, BLOCK_M, True)
+
+    # A row that saw a key has l >= 1 (its max contributes exp2(0)); l == 0 means none.
+    seen = l_i > 0.0
+    l_safe = ct.where(seen, l_i, ct.full((BLOCK_M, 1), 1.0, dtype=ct.float32))
+    o = acc / l_safe                                 # acc is exactly 0 on rows that saw nothing
+    ct.store(Out, index=(bi, rt, 0), tile=o.astype(Out.dtype).reshape((1, BLOCK_M, D_V)))
+
+    lse = ct.where(seen, (m_i + ct.log2(l_safe)) * LN2,
+                   ct.full((BLOCK_M, 1), math.inf, dtype=ct.float32)).reshape((BLOCK_M,))
+    ct.scatter(Lse, (bi, rows % H_Q, rows // H_Q), lse, mask=rows < S_Q * H_Q)
+
+
+def grid(b: int, s_q: int, h_q: int, block_m: int) -> tuple[int, int, int]:
+    return ((s_q * h_q + block_m - 1) // block_m, b, 1)
+
+
+def launch(stream, q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
+           block_m: int = 64) -> None:
+    """Views + ct.launch(stream, grid, mla_decode_kernel, args). All tensors contiguous, on the GPU."""
+    b, s_q, h_q, d = q.shape
+    assert d == D_QK and tuple(kv_cache.shape[1:]) == (PAGE, 1, D_QK), (q.shape, kv_cache.shape)
+    assert tuple(out.shape) == (b, s_q, h_q, D_V) and tuple(lse.shape) == (b, h_q, s_q)
+    assert block_m in (64, 128), block_m           # HGMMA needs M >= 64 (pitfall 15)
+    q3 = q.view(b, s_q * h_q, D_QK)
+    kv3 = kv_cache.view(kv_cache.shape[0], PAGE, D_QK)
+    out3 = out.view(b, s_q * h_q, D_V)
+    ct.launch(stream, grid(b, s_q, h_q, block_m), mla_decode_kernel,
+              (q3, kv3, block_table, cache_seqlens, out3, lse,
+               float(softmax_scale) * LOG2E, s_q, h_q, block_m))
+
+
+def _array(dtype, ndim, stride_div: int = 1, base_div: int = 1):
+    """A C-contiguous, non-aliasing array; stride_div (elements) applies to all but the last axis."""
+    from cuda.tile.compilation import ArrayConstraint
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                           alias_groups=(), may_alias_internally=False,
+                           stride_constant=(None,) * (ndim - 1) + (1,),
+                           stride_divisible_by=(stride_div,) * (ndim - 1) + (1,),
+                           base_addr_divisible_by=base_div)
+
+
+def export_signatures(s_q: int, h_q: int, block_m: int = 64) -> list:
+    """KernelSignature list for cuda.tile.compilation.export_kernel (CPU compile-only, sm_90).
+
+    Alignment facts (pitfall 15; without them no TMA): q [b, s_q*h_q, 576] strides
+    (s_q*h_q*576, 576, 1), cache [nb, 64, 576] strides (36864, 576, 1), out [b, s_q*h_q, 512]
+    strides (s_q*h_q*512, 512, 1): all multiples of 64 elements; bases 16-byte aligned.
+    block_table / cache_seqlens / lse are read or written element-wise: no facts needed."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature, ScalarConstraint
+    params = [
+        _array(ct.bfloat16, 3, 64, 16),       # Q
+        _array(ct.bfloat16, 3, 64, 16),       # KV
+        _array(ct.int32, 2),                  # BlockTable: max_blocks arbitrary
+        _array(ct.int32, 1),                  # Seqlens
+        _array(ct.bfloat16, 3, 64, 16),       # Out
+        _array(ct.float32, 3),                # Lse: [b, h_q, s_q], s_q may be 1
+        ScalarConstraint(ct.float32),         # scale_log2
+        s_q, h_q, block_m,                    # constants
+    ]
+    return [KernelSignature(params, CallingConvention.cutile_python_v1())]
+
+
+def export_cubin(s_q: int, h_q: int, block_m: int = 64, gpu_code: str = "sm_90") -> bytes:
+    """Compile on the CPU; returns the cubin bytes (an ELF)."""
+    import io
+    from cuda.tile.compilation import export_kernel
+    buf = io.BytesIO()
+    export_kernel(mla_decode_kernel, export_signatures(s_q, h_q, block_m), buf,
+                  gpu_code=gpu_code, output_format="cubin")
+    return buf.getvalue()

@@ -1,0 +1,310 @@
+"""The MLA layer: DeepSeek-V3 absorbed MLA decode as FlashMLA defines it.
+
+Everything a kernel version needs to be checked and measured lives here, once: the problem,
+input generation (paged cache with pages in random order, NaN past each sequence's end),
+the float32 reference, FLOP/byte counts (FlashMLA's formulas, so numbers compare) and the
+named `check` and `bench` grids. Versions never redefine any of it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+
+D_QK = 576          # 512 latent + 64 rope
+D_V = 512           # values are the first 512 dims of the same cache rows
+PAGE_SIZE = 64      # rows per page of the paged cache
+H_KV = 1
+INVALID_PAGE = 2147480000   # FlashMLA's poison for block_table entries past a sequence's end
+MAX_SEQLEN = 1 << 20
+MAX_BATCH = 4096
+
+
+class ProblemError(ValueError):
+    """A problem that is out of range or inconsistent; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class MlaDecodeProblem:
+    """One decode call. `seqlen` is the mean length; `seqlens` (explicit) wins over it.
+
+    varlen draws lengths as FlashMLA's test does: max(N(seqlen, seqlen/2), s_q) with the seed.
+    """
+    b: int = 128
+    s_q: int = 1
+    h_q: int = 64
+    seqlen: int = 4096
+    varlen: bool = False
+    seqlens: tuple[int, ...] | None = None
+    softmax_scale: float | None = None   # None: 576 ** -0.5
+
+    def __post_init__(self):
+        if self.seqlens is not None:
+            object.__setattr__(self, "seqlens", tuple(int(s) for s in self.seqlens))
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, msg: str):
+            if not ok:
+                raise ProblemError(msg)
+        for name in ("b", "s_q", "h_q", "seqlen"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool), f"{name}: expected an int, got {v!r}")
+        need(1 <= self.b <= MAX_BATCH, f"b: expected 1..{MAX_BATCH}, got {self.b}")
+        need(1 <= self.s_q <= 16, f"s_q: expected 1..16 (decode), got {self.s_q}")
+        need(1 <= self.h_q <= 128, f"h_q: expected 1..128, got {self.h_q}")
+        need(0 <= self.seqlen <= MAX_SEQLEN, f"seqlen: expected 0..{MAX_SEQLEN}, got {self.seqlen}")
+        if self.seqlens is not None:
+            need(len(self.seqlens) == self.b,
+                 f"seqlens: expected {self.b} lengths (one per sequence, b={self.b}), got {len(self.seqlens)}")
+            need(all(0 <= s <= MAX_SEQLEN for s in self.seqlens),
+                 f"seqlens: every length must be in 0..{MAX_SEQLEN}, got {list(self.seqlens)[:8]}")
+            need(not self.varlen, "seqlens and varlen: give explicit lengths or --varlen, not both")
+        if self.softmax_scale is not None:
+            need(self.softmax_scale > 0 and math.isfinite(self.softmax_scale),
+                 f"softmax_scale: expected a positive finite float, got {self.softmax_scale}")
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else D_QK ** -0.5
+
+    @property
+    def causal(self) -> bool:
+        return self.s_q > 1
+
+    def resolve_seqlens(self, seed: int = 0) -> list[int]:
+        """The per-sequence lengths this problem runs with (deterministic in the seed)."""
+        if self.seqlens is not None:
+            return list(self.seqlens)
+        if not self.varlen:
+            return [self.seqlen] * self.b
+        g = torch.Generator().manual_seed(seed)
+        drawn = torch.normal(float(self.seqlen), self.seqlen / 2, (self.b,), generator=g)
+        return [max(int(x), self.s_q) for x in drawn.tolist()]
+
+    def key(self) -> str:
+        """A stable, readable label (records, caches, tables)."""
+        if self.seqlens is not None:
+            lens = "seqlens=" + ",".join(map(str, self.seqlens)) if len(self.seqlens) <= 8 else \
+                f"seqlens=explicit{len(self.seqlens)}(sum={sum(self.seqlens)})"
+        else:
+            lens = f"seqlen={self.seqlen}" + (",varlen" if self.varlen else "")
+        scale = "" if self.softmax_scale is None else f",scale={self.softmax_scale:g}"
+        return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{scale}"
+
+    def to_dict(self) -> dict:
+        return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
+                "varlen": self.varlen, "seqlens": list(self.seqlens) if self.seqlens else None,
+                "softmax_scale": self.scale}
+
+
+Problem = MlaDecodeProblem
+
+
+@dataclass(frozen=True)
+class MlaDecodeInputs:
+    q: torch.Tensor                 # [b, s_q, h_q, 576] bf16
+    kv_cache: torch.Tensor          # [num_blocks, 64, 1, 576] bf16
+    block_table: torch.Tensor       # [b, max_blocks] int32
+    cache_seqlens: torch.Tensor     # [b] int32
+    softmax_scale: float
+    seqlens: tuple[int, ...] = field(default=(), compare=False)   # host copy of cache_seqlens
+
+    @property
+    def b(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def s_q(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def h_q(self) -> int:
+        return self.q.shape[2]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.kv_cache, self.block_table,
+                                                           self.cache_seqlens))
+
+
+def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.bfloat16, peaked: bool = False,
+                data_seed: int | None = None) -> MlaDecodeInputs:
+    """Inputs as FlashMLA's test draws them: N(0, 0.1^2) clamped to [-1, 1] ("peaked": N(0, 1)),
+    pages in random order, cache rows past each length NaN, block-table entries past it invalid.
+    Lengths come from `seed`; values and page order from `data_seed` (default: seed), so
+    benchmark sets share lengths (and FLOPs) but not data."""
+    seqlens = problem.resolve_seqlens(seed)
+    b, s_q, h_q = problem.b, problem.s_q, problem.h_q
+    dev = torch.device(device)
+    data_seed = seed if data_seed is None else data_seed
+    g = torch.Generator(device=dev).manual_seed(data_seed + 1)   # drawn where used: GB-sized caches
+    pages_per_seq = [max(1, -(-s // PAGE_SIZE)) for s in seqlens]
+    max_blocks = max(pages_per_seq)
+    num_blocks = b * max_blocks
+    std = 1.0 if peaked else 0.1
+
+    def draw(shape):
+        x = torch.randn(shape, generator=g, device=dev, dtype=torch.float32).mul_(std)
+        return (x if peaked else x.clamp_(-1, 1)).to(dtype)
+
+    q = draw((b, s_q, h_q, D_QK))
+    kv = draw((num_blocks, PAGE_SIZE, H_KV, D_QK))
+    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(data_seed + 2))
+    block_table = perm.to(torch.int32).view(b, max_blocks).clone()
+    used = torch.zeros(num_blocks, dtype=torch.bool)
+    for i, s in enumerate(seqlens):
+        n_pages = -(-s // PAGE_SIZE)
+        used[block_table[i, :n_pages].long()] = True
+        block_table[i, n_pages:] = INVALID_PAGE
+        if s % PAGE_SIZE:                   # rows past the end inside the last page
+            kv[int(block_table[i, n_pages - 1]), s % PAGE_SIZE:] = float("nan")
+    # pages no sequence uses are NaN too: a kernel that strays there fails loudly
+    kv[(~used).to(dev)] = float("nan")
+    return MlaDecodeInputs(q=q, kv_cache=kv, block_table=block_table.to(dev),
+                           cache_seqlens=torch.tensor(seqlens, dtype=torch.int32, device=dev),
+                           softmax_scale=problem.scale, seqlens=tuple(seqlens))
+
+
+class InputError(ValueError):
+    """Inputs that break the contract (dtype, shape, device); the message names the tensor."""
+
+
+def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> None:
+    """Check inputs against the contract before any kernel sees them.
+
+    `device_type` ("cuda"/"cpu") is what the kernel needs; None accepts either."""
+    def need(ok: bool, msg: str):
+        if not ok:
+            raise InputError(msg)
+    q, kv, bt, sl = inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens
+    for name, t in (("q", q), ("kv_cache", kv), ("block_table", bt), ("cache_seqlens", sl)):
+        need(isinstance(t, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    need(q.dtype == torch.bfloat16, f"q: expected dtype torch.bfloat16, got {q.dtype}")
+    need(kv.dtype == q.dtype, f"kv_cache: expected dtype {q.dtype} (q's), got {kv.dtype}")
+    need(q.dim() == 4 and q.shape[-1] == D_QK,
+         f"q: expected shape [b, s_q, h_q, {D_QK}], got {list(q.shape)}")
+    b = q.shape[0]
+    need(kv.dim() == 4 and tuple(kv.shape[1:]) == (PAGE_SIZE, H_KV, D_QK),
+         f"kv_cache: expected shape [num_blocks, {PAGE_SIZE}, {H_KV}, {D_QK}], got {list(kv.shape)}")
+    need(bt.dtype == torch.int32 and bt.dim() == 2 and bt.shape[0] == b,
+         f"block_table: expected int32 [b={b}, max_blocks], got {bt.dtype} {list(bt.shape)}")
+    need(sl.dtype == torch.int32 and tuple(sl.shape) == (b,),
+         f"cache_seqlens: expected int32 [b={b}], got {sl.dtype} {list(sl.shape)}")
+    devs = {t.device for t in (q, kv, bt, sl)}
+    need(len(devs) == 1, f"inputs: expected every tensor on one device, got {sorted(map(str, devs))}")
+    if device_type is not None:
+        need(q.device.type == device_type,
+             f"inputs: this kernel needs tensors on {device_type}, got {q.device}")
+    for name, t in (("q", q), ("kv_cache", kv), ("block_table", bt), ("cache_seqlens", sl)):
+        need(t.is_contiguous(), f"{name}: expected a contiguous tensor")
+    scale = inputs.softmax_scale
+    need(isinstance(scale, (int, float)) and scale > 0 and math.isfinite(scale),
+         f"softmax_scale: expected a positive finite float, got {scale!r}")
+    if inputs.seqlens:
+        need(len(inputs.seqlens) == b, f"seqlens: expected {b} host lengths, got {len(inputs.seqlens)}")
+        need(max(inputs.seqlens) <= bt.shape[1] * PAGE_SIZE,
+             f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(inputs.seqlens)}")
+
+
+def make_outputs(inputs: MlaDecodeInputs, fill: float = float("nan")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output buffers (out in q's dtype, lse float32), poisoned so unwritten elements show."""
+    b, s_q, h_q = inputs.b, inputs.s_q, inputs.h_q
+    out = torch.full((b, s_q, h_q, D_V), fill, dtype=inputs.q.dtype, device=inputs.q.device)
+    lse = torch.full((b, h_q, s_q), fill, dtype=torch.float32, device=inputs.q.device)
+    return out, lse
+
+
+def _gather_keys(inputs: MlaDecodeInputs, i: int, s: int) -> torch.Tensor:
+    """Rows 0..s-1 of sequence i, in logical order, float32 [s, 576]."""
+    pages = inputs.block_table[i, : -(-s // PAGE_SIZE)].long()
+    return inputs.kv_cache[pages].reshape(-1, D_QK)[:s].float()
+
+
+def visible_keys(seqlen: int, s_q: int, i: int) -> int:
+    """How many keys query token i (0-based) of s_q sees: keys 0 .. seqlen - s_q + i (causal
+    only when s_q > 1); clamped to 0..seqlen."""
+    if s_q == 1:
+        return seqlen
+    return max(0, min(seqlen, seqlen - s_q + i + 1))
+
+
+def reference(inputs: MlaDecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 reference, one sequence at a time. Returns out [b, s_q, h_q, 512] float32 and
+    lse [b, h_q, s_q] float32 (natural log); rows with no visible key get out 0, lse +inf."""
+    b, s_q, h_q = inputs.b, inputs.s_q, inputs.h_q
+    dev = inputs.q.device
+    out = torch.zeros(b, s_q, h_q, D_V, dtype=torch.float32, device=dev)
+    lse = torch.full((b, h_q, s_q), float("inf"), dtype=torch.float32, device=dev)
+    seqlens = inputs.seqlens or tuple(inputs.cache_seqlens.tolist())
+    for i, s in enumerate(seqlens):
+        if s == 0:
+            continue
+        k = _gather_keys(inputs, i, s)                                # [s, 576]
+        q = inputs.q[i].float()                                       # [s_q, h_q, 576]
+        scores = torch.einsum("thd,kd->thk", q, k) * inputs.softmax_scale
+        n_vis = torch.tensor([visible_keys(s, s_q, t) for t in range(s_q)], device=dev)
+        mask = torch.arange(s, device=dev)[None, :] >= n_vis[:, None]   # [s_q, s]
+        scores = scores.masked_fill(mask[:, None, :], float("-inf"))
+        row_lse = torch.logsumexp(scores, dim=-1)                     # [s_q, h_q]
+        p = torch.exp(scores - row_lse[..., None])
+        p = torch.nan_to_num(p, nan=0.0)                              # rows that see nothing
+        out[i] = torch.einsum("thk,kd->thd", p, k[:, :D_V])
+        lse[i] = torch.where(torch.isneginf(row_lse), torch.inf, row_lse).T
+    return out, lse
+
+
+def flops_bytes(problem: MlaDecodeProblem, seqlens: list[int] | None = None) -> tuple[int, int]:
+    """FlashMLA's counts (causal masking not subtracted): FLOPs 2*s_q*h_q*sum(s)*(576+512);
+    bytes 2*(sum(s)*576 + b*s_q*h_q*(576+512))."""
+    total = sum(seqlens if seqlens is not None else problem.resolve_seqlens(0))
+    rows = problem.s_q * problem.h_q
+    flops = 2 * rows * total * (D_QK + D_V)
+    nbytes = 2 * (total * D_QK + problem.b * rows * (D_QK + D_V))
+    return flops, nbytes
+
+
+# ---- named grids ---------------------------------------------------------------------------
+
+def _check_grid() -> list[MlaDecodeProblem]:
+    """Correctness: h_q 16/64/128, s_q 1/2, uniform + ragged + explicit odd lengths
+    (1, 63, 64, 65, not multiples of 64), b 1..64."""
+    grid = []
+    for h_q in (16, 64, 128):
+        for s_q in (1, 2):
+            grid += [
+                MlaDecodeProblem(b=1, s_q=s_q, h_q=h_q, seqlen=1),
+                MlaDecodeProblem(b=4, s_q=s_q, h_q=h_q, seqlens=(63, 64, 65, 1)),
+                MlaDecodeProblem(b=3, s_q=s_q, h_q=h_q, seqlen=200),
+                MlaDecodeProblem(b=16, s_q=s_q, h_q=h_q, seqlen=300, varlen=True),
+                MlaDecodeProblem(b=64, s_q=s_q, h_q=h_q, seqlen=129, varlen=True),
+            ]
+    grid.append(MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(2, 1000)))
+    return grid
+
+
+def _bench_grid() -> list[MlaDecodeProblem]:
+    """FlashMLA's table: b=128, s_q 1/2, h_q 16/64/128, seqlen 1024/4096/8192, fixed + varlen."""
+    return [MlaDecodeProblem(b=128, s_q=s_q, h_q=h_q, seqlen=s, varlen=v)
+            for v in (False, True) for s_q in (1, 2) for h_q in (16, 64, 128)
+            for s in (1024, 4096, 8192)]
+
+
+def _smoke_grid() -> list[MlaDecodeProblem]:
+    """Tiny problems the CPU can run in seconds (README's main job, CPU tests)."""
+    return [MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlens=(65, 130)),
+            MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(1, 63))]
+
+
+GRIDS = {"check": _check_grid, "bench": _bench_grid, "smoke": _smoke_grid}
+
+
+def grid(name: str) -> list[MlaDecodeProblem]:
+    if name not in GRIDS:
+        raise ProblemError(f"grid: unknown grid {name!r}; expected one of {sorted(GRIDS)}")
+    return GRIDS[name]()
+
+
+def with_seqlens(problem: MlaDecodeProblem, seqlens) -> MlaDecodeProblem:
+    return replace(problem, seqlens=tuple(seqlens), varlen=False, b=len(seqlens))

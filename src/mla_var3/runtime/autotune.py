@@ -1,0 +1,113 @@
+"""One autotune loop for every language.
+
+Configs are pruned by Tiling.validate (reasons kept), each survivor is built, compiled and
+timed with do_bench_cudagraph; a config that fails to compile or launch is recorded with its
+error and skipped. Winners are cached per (version, source hash, problem, GPU, DSL version) in
+the user cache dir; committed winners live in src/mla_var3/conf/tuned/<gpu>.json.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from mla_var3.runtime import records
+
+
+@dataclass
+class TuneResult:
+    best: object | None
+    best_us: float | None
+    trials: list[dict] = field(default_factory=list)   # {"tiling", "status", "time_us"|"error"}
+    cached: bool = False
+
+
+def cache_path() -> Path:
+    base = os.environ.get("MLA_VAR3_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mla_var3")
+    return Path(base) / "autotune.json"
+
+
+def source_hash(plan) -> str:
+    """Hash of every file of the version's package: an edit invalidates its cached winners."""
+    pkg = Path(__import__(type(plan).__module__, fromlist=["_"]).__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def dsl_version(plan) -> str:
+    pkg = {"cute-dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile", "torch": "torch"}[plan.language]
+    return f"{pkg}=={records.package_versions().get(pkg)}"
+
+
+def cache_key(plan, problem, gpu_name: str) -> str:
+    return "|".join((plan.name, source_hash(plan), problem.key(), gpu_name, dsl_version(plan)))
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def lookup(plan, problem, gpu_name: str):
+    """A cached winner (user cache first, then the committed conf/tuned file), or None."""
+    key = cache_key(plan, problem, gpu_name)
+    hit = _load(cache_path()).get(key)
+    if hit is None:
+        tuned = resources.files("mla_var3.conf").joinpath("tuned", f"{gpu_name.replace(' ', '_')}.json")
+        if tuned.is_file():
+            hit = json.loads(tuned.read_text()).get(key)
+    return plan.Tiling(**hit["tiling"]) if hit else None
+
+
+def store(plan, problem, gpu_name: str, tiling, time_us: float) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _load(path)
+    data[cache_key(plan, problem, gpu_name)] = {"tiling": tiling.to_dict(), "time_us": time_us}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, use_cache: bool = True,
+             seed: int = 0) -> TuneResult:
+    """Time every valid config on `problem`; return the fastest (cached unless use_cache=False)."""
+    from mla_var3.layers.mla import make_outputs
+    from mla_var3.runtime import bench, devices
+    device = devices.current_device()
+    devices.require_arch(plan.name, plan.arch, device)
+    if use_cache:
+        hit = lookup(plan, problem, device.name)
+        if hit is not None:
+            return TuneResult(best=hit, best_us=None, cached=True)
+    inputs = inputs if inputs is not None else plan.prepare_inputs(problem, seed=seed, device="cuda")
+    out, lse = make_outputs(inputs)
+    result = TuneResult(best=None, best_us=None)
+    for tiling in (configs if configs is not None else plan.autotune_configs(problem)):
+        reasons = tiling.validate(problem, device)
+        if reasons:
+            result.trials.append({"tiling": tiling.key(), "status": "invalid", "error": "; ".join(reasons)})
+            continue
+        try:
+            kern = plan.build(inputs, tiling)
+            kern.compile()
+            kern.run(inputs, out, lse)
+            times = bench.time_cudagraph(lambda: kern.run(inputs, out, lse), rep_ms=rep_ms)
+            t_us = sorted(times)[len(times) // 2] * 1e3
+        except Exception as e:     # a failing config is data, not a crash
+            result.trials.append({"tiling": tiling.key(), "status": "failed",
+                                  "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+            continue
+        result.trials.append({"tiling": tiling.key(), "status": "ok", "time_us": t_us})
+        if result.best_us is None or t_us < result.best_us:
+            result.best, result.best_us = tiling, t_us
+    if result.best is not None and use_cache:
+        store(plan, problem, device.name, result.best, result.best_us)
+    return result

@@ -1,0 +1,90 @@
+"""One timing protocol for every language: CUDA-graph replays, inputs rotated past L2.
+
+Each timed call walks through `n_sets` independent input sets whose bytes together exceed
+3x L2, so every launch reads its data from HBM, as decode does. Times are per launch.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+L2_MULTIPLE = 3
+MAX_SETS = 64
+
+
+@dataclass(frozen=True)
+class TimeStats:
+    median: float      # microseconds per launch
+    min: float
+    max: float
+    n: int             # graph replays timed (each an average over many launches)
+    launches: int      # launches per replay
+    n_sets: int        # input sets rotated
+    rotated_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sets_needed(bytes_per_set: int, l2_bytes: int, multiple: int = L2_MULTIPLE, cap: int = MAX_SETS) -> int:
+    """How many input sets make the rotation exceed `multiple` x L2 (at least 1, at most cap)."""
+    if bytes_per_set <= 0:
+        raise ValueError(f"bytes_per_set: expected > 0, got {bytes_per_set}")
+    return max(1, min(cap, math.ceil(multiple * l2_bytes / bytes_per_set)))
+
+
+def time_cudagraph(fn, rep_ms: float = 100.0) -> list[float]:
+    """Per-call times (ms) of `fn` from triton's do_bench_cudagraph (graph of many calls)."""
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, rep=rep_ms, return_mode="all")
+
+
+def bench_rotating(run_one, input_sets, outputs, rep_ms: float = 100.0, rotated_bytes: int = 0) -> TimeStats:
+    """Time `run_one(inputs, out, lse)` over the rotating sets; returns per-launch statistics."""
+    pairs = list(zip(input_sets, outputs))
+
+    def step():
+        for inputs, (out, lse) in pairs:
+            run_one(inputs, out, lse)
+
+    times_ms = time_cudagraph(step, rep_ms=rep_ms)
+    per_launch_us = [t * 1e3 / len(pairs) for t in times_ms]
+    return TimeStats(median=statistics.median(per_launch_us), min=min(per_launch_us), max=max(per_launch_us),
+                     n=len(per_launch_us), launches=len(pairs), n_sets=len(pairs), rotated_bytes=rotated_bytes)
+
+
+def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: float = 100.0) -> dict:
+    """Benchmark one plan on one problem: rotating input sets, CUDA graph, roofline.
+
+    Returns the fields of a `bench` record (records.make_record adds identity and environment)."""
+    from mla_var3.layers.mla import make_outputs
+    from mla_var3.runtime import records, roofline
+
+    first = plan.prepare_inputs(problem, seed=seed, device="cuda")
+    kern = plan.build(first, tiling)
+    t0 = time_compile(kern)
+    per_set = first.nbytes() + sum(t.numel() * t.element_size() for t in make_outputs(first))
+    n_sets = sets_needed(per_set, device.l2_bytes)
+    sets = [first] + [plan.prepare_inputs(problem, seed=seed, device="cuda", data_seed=seed + 1000 * i)
+                      for i in range(1, n_sets)]
+    outputs = [make_outputs(x, fill=0.0) for x in sets]
+    kern.run(sets[0], *outputs[0])                      # warm-up outside the graph
+    clocks_before = records.gpu_clocks()
+    stats = bench_rotating(lambda x, o, l: kern.run(x, o, l), sets, outputs, rep_ms=rep_ms,
+                           rotated_bytes=per_set * n_sets)
+    clocks_after = records.gpu_clocks()
+    flops, nbytes = plan.algorithmic_flops_bytes(problem, list(first.seqlens))
+    point = roofline.roofline(flops, nbytes, stats.median, device)
+    return {"tiling_obj": kern.tiling, "time_us": stats.to_dict(), "tflops": point.tflops, "gbps": point.gbps,
+            "pct_roofline": point.pct_measured, "pct_datasheet": point.pct_datasheet, "bound": point.bound,
+            "intensity": point.intensity, "floor_us": point.floor_us, "flops": flops, "bytes": nbytes,
+            "compile_s": t0, "clocks_before": clocks_before, "clocks_after": clocks_after,
+            "mean_seqlen": sum(first.seqlens) / len(first.seqlens)}
+
+
+def time_compile(kern) -> float:
+    import time as _time
+    t0 = _time.perf_counter()
+    kern.compile()
+    return _time.perf_counter() - t0

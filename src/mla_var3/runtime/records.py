@@ -1,0 +1,172 @@
+"""Run records: one JSON object per line, appended under `runs/` (or `--records DIR`).
+
+Every benchmark and check writes one; tables, devlogs and plots are built from them, never
+typed by hand. `environment()` is read once per process (GPU, driver, clocks, packages, commit).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+RECORDS_FILE = "records.jsonl"
+REQUIRED_KEYS = {
+    "schema": int, "kind": str, "timestamp": str, "kernel": str, "version": int, "design": str,
+    "language": str, "tiling": dict, "problem": dict, "problem_key": str, "env": dict,
+}
+BENCH_KEYS = {"time_us": dict, "tflops": float, "gbps": float, "pct_roofline": float,
+              "pct_datasheet": float, "bound": str, "flops": int, "bytes": int}
+CHECK_KEYS = {"passed": bool, "seeds": list, "errors": dict}
+PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "cuda-tile", "apache-tvm-ffi")
+
+
+class RecordError(ValueError):
+    pass
+
+
+def _pkg_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions() -> dict:
+    return {p: _pkg_version(p) for p in PACKAGES}
+
+
+def git_commit() -> str | None:
+    """The commit this tree came from: MLA_VAR3_COMMIT (set for device runs, whose copy has no
+    .git), else `git rev-parse` with '+dirty' when the tree has changes."""
+    env = os.environ.get("MLA_VAR3_COMMIT")
+    if env:
+        return env
+    root = Path(__file__).resolve().parents[3]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (sha + ("+dirty" if dirty else "")) or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def gpu_clocks() -> dict | None:
+    """SM and memory clocks (MHz) as nvidia-smi reads them now; None without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,driver_version,temperature.gpu,power.draw",
+                              "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out:
+        return None
+    parts = [p.strip() for p in out.splitlines()[0].split(",")]
+    keys = ("sm_mhz", "mem_mhz", "driver", "temp_c", "power_w")
+    return dict(zip(keys, parts))
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> dict:
+    import torch
+    env = {"host": platform.node(), "python": platform.python_version(), "packages": package_versions(),
+           "commit": git_commit(), "gpu": None, "driver": None}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        clocks = gpu_clocks()
+        if clocks:
+            env["driver"] = clocks.pop("driver")
+    return env
+
+
+def make_record(kind: str, plan, tiling, problem, **fields) -> dict:
+    rec = {"schema": SCHEMA_VERSION, "kind": kind,
+           "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "kernel": plan.name, "version": plan.version, "design": plan.design, "language": plan.language,
+           "tiling": tiling.to_dict() if tiling is not None else {}, "tiling_key": tiling.key() if tiling else "",
+           "problem": problem.to_dict(), "problem_key": problem.key(), "env": environment()}
+    rec.update(fields)
+    return rec
+
+
+def validate_record(rec: dict) -> None:
+    """Raise RecordError naming the first missing or mistyped field."""
+    need = dict(REQUIRED_KEYS)
+    if rec.get("kind") == "bench":
+        need.update(BENCH_KEYS)
+    elif rec.get("kind") == "check":
+        need.update(CHECK_KEYS)
+    for key, typ in need.items():
+        if key not in rec:
+            raise RecordError(f"record: missing field {key!r}")
+        val = rec[key]
+        ok = isinstance(val, typ) or (typ is float and isinstance(val, int) and not isinstance(val, bool))
+        if not ok:
+            raise RecordError(f"record: field {key!r} should be {typ.__name__}, got {type(val).__name__}")
+    if rec.get("kind") == "bench":
+        for k in ("median", "min", "max", "n"):
+            if k not in rec["time_us"]:
+                raise RecordError(f"record: time_us lacks {k!r}")
+
+
+def append(rec: dict, directory: str | os.PathLike) -> Path:
+    validate_record(rec)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / RECORDS_FILE
+    with path.open("a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+    return path
+
+
+def load(paths) -> list[dict]:
+    """Records from files or directories (a directory means its records.jsonl and *.jsonl)."""
+    out = []
+    for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        p = Path(p)
+        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+        for f in files:
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    out.append(json.loads(line))
+    return out
+
+
+def devlog_markers(version: str) -> tuple[str, str]:
+    return (f"<!-- mla_var3:generated {version} begin (python -m mla_var3.kernel {version} --devlog) -->",
+            f"<!-- mla_var3:generated {version} end -->")
+
+
+def update_devlog(path: str | os.PathLike, version: str, body: str) -> bool:
+    """Replace the generated block of `version` in the devlog (prose around it stays); when the
+    markers are missing, append them under the version's `## <version>` section (or at the end).
+    Returns True when the file changed."""
+    path = Path(path)
+    begin, end = devlog_markers(version)
+    text = path.read_text() if path.exists() else f"# {version.rsplit('_v', 1)[0]}\n"
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        new = head + block + tail
+    else:
+        heading = f"## {version}"
+        if heading in text:
+            start = text.index(heading)
+            nxt = text.find("\n## ", start + len(heading))
+            cut = len(text) if nxt < 0 else nxt + 1
+            new = text[:cut].rstrip("\n") + "\n\n" + block + "\n" + ("\n" + text[cut:] if nxt >= 0 else "")
+        else:
+            new = text.rstrip("\n") + f"\n\n{heading}\n\n{block}\n"
+    if new != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new)
+        return True
+    return False

@@ -1,0 +1,83 @@
+"""Registry: discovers kernel versions on disk; name -> plan.
+
+A version is a package `kernel/<language>_python/<layer>/<design>/<design>_vN/` whose module
+`<design>_vN.py` defines a KernelPlan subclass (exported as `Plan`). A bare design name means its
+newest version. Discovery reads directory names only; a plan module is imported when asked for.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mla_var3.runtime.kernel_plan import KernelPlan
+
+KERNEL_ROOT = Path(__file__).resolve().parents[1] / "kernel"
+LANGUAGE_DIRS = {"cute_python": "cute-dsl", "cutile_python": "cutile", "torch_python": "torch"}
+_VERSION_DIR = re.compile(r"^(?P<design>[a-z][a-z0-9_]*)_v(?P<n>[0-9]+)$")
+
+
+class RegistryError(KeyError):
+    def __str__(self):      # KeyError quotes its message; a CLI error should read plainly
+        return self.args[0] if self.args else ""
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    name: str          # flash_mla_decode_v1
+    design: str
+    version: int
+    language: str
+    layer: str
+    module: str        # importable module of the plan
+
+    def load(self) -> KernelPlan:
+        mod = importlib.import_module(self.module)
+        plan_cls = getattr(mod, "Plan", None)
+        if plan_cls is None or not issubclass(plan_cls, KernelPlan):
+            raise RegistryError(f"{self.module}: expected a KernelPlan subclass named Plan")
+        if plan_cls.name != self.name:
+            raise RegistryError(f"{self.module}: Plan.name is {plan_cls.name!r}, expected {self.name!r}")
+        return plan_cls()
+
+
+@functools.lru_cache(maxsize=1)
+def discover() -> dict[str, VersionEntry]:
+    found = {}
+    for lang_dir, language in LANGUAGE_DIRS.items():
+        root = KERNEL_ROOT / lang_dir
+        for vdir in sorted(root.glob("*/*/*_v*")):
+            m = _VERSION_DIR.match(vdir.name)
+            layer, design = vdir.parent.parent.name, vdir.parent.name
+            if not m or m["design"] != design or not (vdir / f"{vdir.name}.py").exists():
+                continue
+            module = f"mla_var3.kernel.{lang_dir}.{layer}.{design}.{vdir.name}.{vdir.name}"
+            found[vdir.name] = VersionEntry(vdir.name, design, int(m["n"]), language, layer, module)
+    return found
+
+
+def versions_of(design: str) -> list[VersionEntry]:
+    return sorted((e for e in discover().values() if e.design == design), key=lambda e: e.version)
+
+
+def resolve(name: str) -> VersionEntry:
+    """A version name, or a design name meaning its newest version."""
+    entries = discover()
+    if name in entries:
+        return entries[name]
+    vs = versions_of(name)
+    if vs:
+        return vs[-1]
+    designs = sorted({e.design for e in entries.values()})
+    raise RegistryError(f"kernel: unknown kernel {name!r}; known designs: {', '.join(designs)} "
+                        f"(`python -m mla_var3.kernel list` shows every version)")
+
+
+def get_plan(name: str) -> KernelPlan:
+    return resolve(name).load()
+
+
+def all_entries() -> list[VersionEntry]:
+    return sorted(discover().values(), key=lambda e: (e.language, e.design, e.version))
