@@ -8,33 +8,37 @@ import kernel as k; print(k.export_cubin(1, 64)[:4])"
 
 Tiling
 - q is viewed as [b, s_q*h_q, 576]: row r is query token r // h_q, head r % h_q. One block per
-  (64-row tile of those rows, sequence): grid (cdiv(s_q*h_q, BLOCK_M), b, 1). The row tile is
-  the fastest grid axis so that the two blocks of one sequence at h_q=128 run side by side and
-  share its pages through L2.
-- The block walks its sequence's pages in order (one page = 64 keys = one KV tile). Per page:
-  the page id is read from block_table as a 0-d tile and used as a tile index into the cache
-  viewed as [num_blocks, 64, 576]; two loads: the 64x512 latent part (K_nope and V at once: the
-  values are the same rows) and the 64x64 rope part.
-  S = q_nope . K_nope^T + q_rope . K_rope^T (two ct.mma, f32), online softmax in the log2 domain
-  (exp2, scale folded into scale_log2), acc += P(bf16) . V with V = the latent tile just loaded.
-  The latent tile is loaded once and used twice (B operand of both GEMMs).
+  (BLOCK_M=64-row tile of those rows, sequence): grid (cdiv(s_q*h_q, BLOCK_M), b, 1). The row
+  tile is the fastest grid axis, so the blocks of one sequence (h_q*s_q > 64) run side by side
+  and share its pages through L2. No split over the sequence (no combine kernel) in v1: at b=128
+  the grid is about one wave of 132 SMs.
+- The block walks its sequence's pages in order, one page = 64 keys = one KV tile. The page id is
+  read from block_table as a 0-d tile and used as a tile index into the cache viewed as
+  [num_blocks, 64, 576]; two TMA loads per page: the 64x512 latent part (K_nope and V at once,
+  the values being the same rows) and the 64x64 rope part.
+  S = q_nope . K_nope^T + q_rope . K_rope^T (ct.mma, f32 acc); online softmax in the log2 domain
+  (exp2, softmax_scale * log2(e) passed in); acc[64, 512] += P(bf16) . V (ct.mma, f32).
+  Compiled for sm_90 this is warp-specialized: 2 consumer warpgroups (num_worker_warps=8; each
+  holds half of acc) + a TMA producer; HGMMA 64x32x16 (QK^T) and 64x256x16 (P.V), no spills.
+  With the default 4 worker warps the 64x512 f32 accumulator spills (2.6 KB of stack).
 - Epilogue: out = acc / l (0 where no key was visible), lse = (m + log2 l) * ln 2 (+inf where no
   key was visible); out stored as a [1, BLOCK_M, 512] tile (rows past s_q*h_q fall outside the
-  array and are dropped by the bounded store); lse scattered to [b, h_q, s_q] with a row mask.
+  array and the bounded store drops them); lse scattered to [b, h_q, s_q] with a row mask.
 
 Constraints
 - bf16 q / cache, page size 64, head dims 576 / 512, h_kv = 1 (asserted in `launch`).
-- Pages past ceil(seqlen/64) are never touched: the loop runs exactly cdiv(seqlen, 64) pages, so
+- Pages past ceil(seqlen/64) are never touched: the loops run exactly cdiv(seqlen, 64) pages, so
   the poisoned block_table entries (2147480000) are never read.
-- Masking happens only on pages that can hold a masked key (j >= mask_start): the latent and rope
-  tiles are zeroed where key >= seqlen (the cache rows there are NaN, and 0 * NaN = NaN in P.V),
-  and S is set to -inf where key >= the row's visible count (seqlen - s_q + 1 + token; for
-  s_q = 1 that is seqlen). m starts at a finite -1e30 so a row that sees nothing never computes
-  -inf - (-inf).
-- TMA: the export signatures state the alignment facts cuTile needs to use it (pitfall 15):
-  every array is C-contiguous (last stride constant 1), the bf16 arrays' strides are multiples of
-  64 elements (576 = 9 * 64, 512) and base addresses are 16-byte aligned (torch allocations are
-  256-byte aligned and the views start at offset 0). Without them cuTile emits scalar LDG.
+- Masking only on pages that can hold a masked key (j >= mask_start = (seqlen - s_q + 1) // 64,
+  the last page for s_q = 1; peeled into a second loop). There the cache is read through a view
+  sliced to the page's valid rows, so rows past seqlen (NaN) load as zeros (0 * NaN would be NaN
+  in P.V), and S is set to -inf where key >= the row's visible count seqlen - s_q + 1 + token.
+  m starts at a finite -1e30, so a row that sees nothing never computes -inf - (-inf): its l
+  stays 0, giving out 0 and lse +inf (also seqlen 0: no page at all).
+- TMA: the export signatures state the alignment facts cuTile needs for it (pitfall 15): every
+  array is C-contiguous (last stride constant 1), the bf16 arrays' other strides are multiples of
+  64 elements (576 = 9 * 64, 512) and their bases 16-byte aligned (torch allocations are 256-byte
+  aligned and the views start at offset 0). Without them cuTile emits scalar LDG.
 """
 from __future__ import annotations
 
@@ -58,19 +62,25 @@ def _page_step(KV, BlockTable, bi, j, q_nope, q_rope, m_i, l_i, acc, scale_log2,
     """One page (64 keys) of sequence bi: S, online softmax update, P.V. Inlined into the kernel;
     MASKED is a Python constant, so the unmasked copy carries no masking code."""
     page = ct.load(BlockTable, index=(bi, j), shape=())
-    kv = ct.load(KV, index=(page, 0, 0), shape=(1, PAGE, D_V), latency=4).reshape((PAGE, D_V))
-    kr = ct.load(KV, index=(page, 0, D_V // D_ROPE), shape=(1, PAGE, D_ROPE),
-                 latency=4).reshape((PAGE, D_ROPE))
+    src = KV
     if MASKED:
-        # Rows past seqlen are NaN in the cache: zero them so P.V sees 0 * 0, not 0 * NaN.
-        key = j * PAGE + key_in_page                                    # [PAGE]
-        key_ok = (key < seqlen).reshape((PAGE, 1))
-        kv = ct.where(key_ok, kv, ct.zeros((PAGE, D_V), dtype=kv.dtype))
-        kr = ct.where(key_ok, kr, ct.zeros((PAGE, D_ROPE), dtype=kr.dtype))
+        # Cache rows past seqlen are NaN and 0 * NaN = NaN in P.V, so they must never reach a
+        # register: slice the page axis to the valid rows and let the bounded (TMA) load fill
+        # the rest with zeros. Masking the loaded tile with ct.where instead costs HGMMA (the
+        # B operand leaves shared memory) and spills; the sliced view keeps TMA + HGMMA, at the
+        # price of a tensor map built on the device, which is why only the tail page does it.
+        src = KV.slice(axis=1, start=0, stop=min(seqlen - j * PAGE, PAGE))
+    # One 64x512 load serves as K_nope (QK^T) and as V (P.V): the values are the same rows.
+    kv = ct.load(src, index=(page, 0, 0), shape=(1, PAGE, D_V), latency=4,
+                 padding_mode=ct.PaddingMode.ZERO).reshape((PAGE, D_V))
+    kr = ct.load(src, index=(page, 0, D_V // D_ROPE), shape=(1, PAGE, D_ROPE),
+                 latency=4, padding_mode=ct.PaddingMode.ZERO).reshape((PAGE, D_ROPE))
 
     s = ct.mma(q_nope, ct.permute(kv, (1, 0)), ct.full((BLOCK_M, PAGE), 0.0, dtype=ct.float32))
     s = ct.mma(q_rope, ct.permute(kr, (1, 0)), s)
     if MASKED:
+        # Zero-filled keys score 0, not -inf; causal rows see fewer keys still.
+        key = j * PAGE + key_in_page                                    # [PAGE]
         visible = key.reshape((1, PAGE)) < n_vis                        # [BLOCK_M, PAGE]
         s = ct.where(visible, s, ct.full((BLOCK_M, PAGE), -math.inf, dtype=ct.float32))
 

@@ -1,0 +1,55 @@
+"""The main job: python -m mla_var3
+
+Lists the kernels, compile-checks every CuTe DSL and cuTile kernel for sm_90a, runs the
+float32 reference and the PyTorch baseline on small problems on the CPU, and, with a GPU,
+checks every kernel on the check grid and benchmarks them side by side. Without a GPU it says
+in one line what it skipped.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+
+def main() -> int:
+    from mla_var3.kernel.__main__ import main as cli
+    from mla_var3.layers import mla
+    from mla_var3.runtime import devices, registry
+
+    rc = 0
+    print("== kernels")
+    rc |= cli(["list"])
+    dsl = [e.name for e in registry.all_entries() if e.language in ("cute-dsl", "cutile")]
+    print("\n== compile-check for sm_90a (no GPU needed)")
+    if dsl:
+        rc |= cli([dsl[0], "--compile-only", "--arch=sm_90a"] + ([f"--compare={','.join(dsl[1:])}"] if dsl[1:] else []))
+    else:
+        print("no CuTe DSL or cuTile kernels yet")
+    print("\n== float32 reference and the PyTorch baseline on the CPU")
+    t0 = time.perf_counter()
+    inputs = mla.make_inputs(mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130)), seed=0)
+    out, lse = mla.reference(inputs)
+    print(f"reference b=2 s_q=2 h_q=16 seqlens=65,130: out {list(out.shape)} |out|max={float(out.abs().max()):.4f}, "
+          f"lse {list(lse.shape)} in {time.perf_counter() - t0:.2f}s")
+    rc |= cli(["torch_mla_decode", "--check", "--grid=smoke", "--device=cpu"])
+    print()
+    if not devices.cuda_available():
+        print("needs a GPU (skipped here): running the CuTe DSL/cuTile kernels, --check on the check grid, "
+              "benchmarks, autotune and pytest -m gpu — run them on an sm_90a GPU (H200/H100).")
+        return rc
+    runnable = [e.name for e in registry.all_entries()
+                if devices.arch_supported(e.load().arch, devices.current_device().arch)]
+    print("== GPU: check grid, then a side-by-side benchmark")
+    for name in runnable:
+        rc |= cli([name, "--check"])
+    newest = [n for n in runnable if n == registry.resolve(registry.resolve(n).design).name]
+    rc |= cli([newest[0], "--b=128", "--s_q=1", "--h_q=64", "--seqlen=4096"]
+              + ([f"--compare={','.join(newest[1:])}"] if newest[1:] else []))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

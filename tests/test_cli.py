@@ -1,0 +1,91 @@
+"""The CLI: parsing, aliases, one-line errors, list, check on the CPU, devlog from records."""
+import json
+
+import pytest
+import torch
+
+from mla_var3.kernel.__main__ import CliError, build_parser, main, problems_from_args
+
+
+def parse(*argv):
+    return build_parser().parse_args(list(argv))
+
+
+def test_aliases_match_long_forms():
+    a = parse("x", "--b=4", "--s=2", "--h=16", "--t=300", "--varlen", "--seed=3")
+    b = parse("x", "--b=4", "--s_q=2", "--h_q=16", "--seqlen=300", "--varlen", "--seed=3")
+    assert vars(a) == vars(b)
+    (p,) = problems_from_args(a)
+    assert (p.b, p.s_q, p.h_q, p.seqlen, p.varlen) == (4, 2, 16, 300, True)
+
+
+def test_seqlens_set_the_batch():
+    (p,) = problems_from_args(parse("x", "--seqlens=63,64,65"))
+    assert p.b == 3 and p.seqlens == (63, 64, 65)
+    assert problems_from_args(parse("x")) is None
+
+
+def test_prof_type_is_accepted():
+    assert parse("x", "--prof_type=ncu").prof_type == "ncu"
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["nope", "--check"], "unknown kernel 'nope'"),
+    (["torch_mla_decode", "--b=0"], "b: expected 1..4096"),
+    (["torch_mla_decode", "--h_q=300"], "h_q: expected"),
+    (["torch_mla_decode", "--b=2", "--seqlens=1,2,3"], "--b=2 but --seqlens gives 3"),
+    (["torch_mla_decode", "--seqlens=1,x"], "--seqlens: expected comma-separated ints"),
+    (["torch_mla_decode", "--grid=bench", "--b=2"], "--grid"),
+    (["torch_mla_decode", "--b=two"], "invalid int value"),
+    (["torch_mla_decode", "--compile-only", "--arch=sm_91"], "--arch: expected one of"),
+    (["torch_mla_decode", "--compare=nope"], "unknown kernel 'nope'"),
+    (["torch_mla_decode", "--prof_type=ncu"], "prof_type=ncu"),
+])
+def test_bad_cli_input_is_one_line(argv, match, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    import re
+    assert re.search(match, err), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_benchmark_without_gpu_says_so(capsys):
+    assert main(["torch_mla_decode", "--b=2", "--seqlen=64"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_list_shows_versions(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "torch_mla_decode_v1" in out and "torch" in out
+
+
+def test_check_on_cpu_writes_records(tmp_path, capsys):
+    js = tmp_path / "out.json"
+    rc = main(["torch_mla_decode", "--check", "--seqlens=1,65", "--s_q=2", "--h_q=4", "--device=cpu",
+               f"--records={tmp_path}", f"--json={js}"])
+    assert rc == 0
+    assert "PASSED" in capsys.readouterr().out
+    recs = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert recs[-1]["kind"] == "check" and recs[-1]["passed"] is True
+    assert json.loads(js.read_text())[0]["kernel"] == "torch_mla_decode_v1"
+
+
+def test_compile_only_torch_has_nothing_to_compile(capsys):
+    assert main(["torch_mla_decode", "--compile-only", "--arch=sm_90a", "--s_q=1", "--h_q=16", "--b=1"]) == 0
+    assert "nothing to compile" in capsys.readouterr().out
+
+
+def test_devlog_from_records(tmp_path, monkeypatch, capsys):
+    from mla_var3.kernel import __main__ as cli
+    from test_runtime import _record
+    from mla_var3.runtime import records
+    records.append(_record(), tmp_path)
+    monkeypatch.setattr(cli, "REPO_ROOT", tmp_path)
+    from mla_var3.runtime import devices
+    monkeypatch.setattr(devices, "cuda_available", lambda: False)     # devlog from records, no run
+    rc = main(["torch_mla_decode", "--devlog", f"--records={tmp_path}"])
+    assert rc == 0, capsys.readouterr().err
+    text = (tmp_path / "docs" / "kernels" / "torch_mla_decode.md").read_text()
+    assert "## torch_mla_decode_v1" in text and "| torch_mla_decode_v1 |" in text and "10.0" in text

@@ -1,0 +1,157 @@
+"""Runtime pieces on the CPU: devices + arch gate, roofline, records, bench sizing, check, tilings."""
+import json
+
+import pytest
+import torch
+
+from mla_var3.layers import mla
+from mla_var3.runtime import bench, check, devices, records, registry, roofline
+from mla_var3.runtime.kernel_plan import PlanError, split_version
+
+
+def test_devices_json_has_the_gpus_with_sources():
+    devs = devices.load_devices()
+    assert {"A100-SXM4-80GB", "H100-SXM", "H200", "B200", "RTX-5090"} <= set(devs)
+    raw = json.loads((devices.resources.files("mla_var3.conf") / "devices.json").read_text())
+    for key, d in raw["devices"].items():
+        assert d["sources"].get("tflops") and d["sources"].get("hbm_gbps"), key
+    h200 = devs["H200"]
+    assert h200.arch == "sm_90a" and h200.sms == 132 and h200.smem_per_block_bytes == 232448
+    assert h200.ceilings() == (771.0, 4270.0) and h200.ceilings(measured=False)[1] == 4800.0
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+                                       ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"), ("NVIDIA B200", "B200"),
+                                       ("NVIDIA GeForce RTX 5090", "RTX-5090")])
+def test_gpu_names_map_to_their_spec(name, key):
+    assert devices.spec_for_name(name).key == key
+
+
+def test_arch_gate_refuses_the_wrong_gpu():
+    a100 = devices.load_devices()["A100-SXM4-80GB"]
+    assert devices.arch_from_capability(9, 0) == "sm_90a" and devices.arch_from_capability(8, 0) == "sm_80"
+    with pytest.raises(devices.DeviceError, match=r"needs sm_90a; this GPU .* is sm_80"):
+        devices.require_arch("flash_mla_decode_v1", ("sm_90a",), a100)
+    devices.require_arch("torch_mla_decode_v1", ("any",), a100)
+    with pytest.raises(devices.DeviceError, match="--arch"):
+        devices.check_arch_name("sm_91")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_no_gpu_is_a_clear_error():
+    with pytest.raises(devices.DeviceError, match="no CUDA GPU"):
+        devices.current_device()
+
+
+def test_roofline_bounds_and_percentages():
+    h200 = devices.load_devices()["H200"]
+    p = mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=8192)
+    flops, nbytes = mla.flops_bytes(p)
+    pt = roofline.roofline(flops, nbytes, 310.3, h200)           # FlashMLA's measured time
+    assert pt.bound == "memory" and 175 < pt.ridge < 185
+    assert 90 < pt.pct_measured < 95 and pt.pct_datasheet < pt.pct_measured
+    big = mla.flops_bytes(mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192))
+    assert roofline.roofline(*big, 808.0, h200).bound == "compute"
+    with pytest.raises(ValueError):
+        roofline.roofline(1, 1, 0.0, h200)
+
+
+def test_rotation_exceeds_three_l2():
+    l2 = 60 << 20
+    n = bench.sets_needed(10 << 20, l2)
+    assert n * (10 << 20) >= 3 * l2 and (n - 1) * (10 << 20) < 3 * l2
+    assert bench.sets_needed(1 << 30, l2) == 1 and bench.sets_needed(10, l2) == bench.MAX_SETS
+
+
+def _record(kind="bench", **over):
+    plan = registry.get_plan("torch_mla_decode_v1")
+    p = mla.MlaDecodeProblem(b=2, seqlen=64)
+    fields = dict(time_us={"median": 10.0, "min": 9.0, "max": 11.0, "n": 10}, tflops=1.0, gbps=2.0,
+                  pct_roofline=3.0, pct_datasheet=2.0, bound="memory", flops=10, bytes=5) if kind == "bench" else \
+        dict(passed=True, seeds=[0], errors={})
+    fields.update(over)
+    return records.make_record(kind, plan, plan.default_tiling(p), p, **fields)
+
+
+def test_records_schema_round_trip(tmp_path):
+    rec = _record()
+    records.validate_record(rec)
+    assert rec["kernel"] == "torch_mla_decode_v1" and rec["version"] == 1 and rec["design"] == "torch_mla_decode"
+    assert set(rec["env"]["packages"]) >= {"torch", "triton", "nvidia-cutlass-dsl", "cuda-tile"}
+    path = records.append(rec, tmp_path)
+    records.append(_record("check"), tmp_path)
+    back = records.load(tmp_path)
+    assert path.name == "records.jsonl" and len(back) == 2 and back[0]["time_us"]["median"] == 10.0
+
+
+@pytest.mark.parametrize("drop, match", [("kernel", "missing field 'kernel'"), ("tflops", "missing field 'tflops'")])
+def test_records_schema_rejects_incomplete(drop, match):
+    rec = _record()
+    del rec[drop]
+    with pytest.raises(records.RecordError, match=match):
+        records.validate_record(rec)
+    bad = _record(time_us={"median": 1.0})
+    with pytest.raises(records.RecordError, match="time_us lacks"):
+        records.validate_record(bad)
+
+
+def test_devlog_update_keeps_prose(tmp_path):
+    path = tmp_path / "d.md"
+    path.write_text("# d\n\n## d_v1\n\nWhat changed: prose.\n\n## d_v2\n\nLater prose.\n")
+    assert records.update_devlog(path, "d_v1", "| a |\n|---|\n| 1 |")
+    text = path.read_text()
+    assert "What changed: prose." in text and "Later prose." in text
+    assert text.index("| 1 |") < text.index("## d_v2")
+    assert records.update_devlog(path, "d_v1", "| a |\n|---|\n| 2 |")
+    text = path.read_text()
+    assert "| 2 |" in text and "| 1 |" not in text and text.count("mla_var3:generated d_v1 begin") == 1
+    assert not records.update_devlog(path, "d_v1", "| a |\n|---|\n| 2 |")
+
+
+def test_check_catches_wrong_unwritten_and_stale_outputs():
+    x = mla.make_inputs(mla.MlaDecodeProblem(b=2, s_q=2, h_q=4, seqlens=(1, 70)), seed=0)
+    ref_out, ref_lse = mla.reference(x)
+    assert check.compare(ref_out.to(torch.bfloat16), ref_lse, ref_out, ref_lse).passed
+    holes = ref_out.to(torch.bfloat16).clone()
+    holes[1, 1, 2, 7] = float("nan")                      # an element nobody wrote
+    assert "NaN positions" in check.compare(holes, ref_lse, ref_out, ref_lse).reason
+    off = ref_out.to(torch.bfloat16) * 1.05
+    assert not check.compare(off, ref_lse, ref_out, ref_lse).passed
+    lse_off = ref_lse + 1e-3
+    assert "lse" in check.compare(ref_out.to(torch.bfloat16), lse_off, ref_out, ref_lse).reason
+    zeros = torch.zeros_like(ref_out, dtype=torch.bfloat16)
+    assert not check.compare(zeros, ref_lse, ref_out, ref_lse).passed
+    peaked_bad = ref_out.to(torch.bfloat16) + 0.01 * ref_out.abs().max()
+    assert not check.compare(peaked_bad, ref_lse, ref_out, ref_lse, peaked=True).passed
+
+
+def test_registry_finds_versions_and_resolves_designs():
+    names = {e.name for e in registry.all_entries()}
+    assert "torch_mla_decode_v1" in names
+    assert registry.resolve("torch_mla_decode").name.startswith("torch_mla_decode_v")
+    plan = registry.get_plan("torch_mla_decode_v1")
+    assert plan.language == "torch" and plan.layer == "mla" and plan.design == "torch_mla_decode"
+    for e in registry.all_entries():
+        plan = e.load()
+        assert plan.name == e.name and plan.arch and plan.language in ("cute-dsl", "cutile", "torch")
+    with pytest.raises(registry.RegistryError, match="unknown kernel 'nope'"):
+        registry.resolve("nope")
+    assert split_version("flash_mla_decode_v12") == ("flash_mla_decode", 12)
+    with pytest.raises(PlanError):
+        split_version("flash")
+
+
+def test_tiling_validation_is_a_one_line_error():
+    plan = registry.get_plan("torch_mla_decode_v1")
+    p = mla.MlaDecodeProblem(b=2, seqlen=64)
+    assert plan.Tiling(batch_chunk=0).validate(p, None)
+    with pytest.raises(PlanError, match="batch_chunk must be a positive int"):
+        plan.check_tiling(plan.Tiling(batch_chunk=0), p, None)
+    with pytest.raises(PlanError, match="expects a TorchMlaTiling"):
+        plan.check_tiling(object(), p, None)
+
+
+def test_torch_baseline_passes_on_cpu():
+    plan = registry.get_plan("torch_mla_decode_v1")
+    results = check.check_plan(plan, mla.grid("smoke"), seeds=(0,), device="cpu")
+    assert results and all(r.passed for r in results), [r.reason for r in results if not r.passed]
