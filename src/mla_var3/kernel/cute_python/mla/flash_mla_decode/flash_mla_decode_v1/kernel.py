@@ -228,8 +228,7 @@ class FlashMlaDecodeKernel:
             # s_q*h_q get seqlen, harmless since they are never written.
             row_lim[r] = cutlass.min(seqlen - (self.s_q - 1) + grow // self.h_q, seqlen)
 
-        mbarrier_wait_q = cute.arch.mbarrier_wait
-        mbarrier_wait_q(q_bar, 0)
+        cute.arch.mbarrier_wait(q_bar, 0)
         tail = seqlen - (n_tiles - 1) * PAGE          # valid rows of the last tile (1..64)
 
         mma_qk.set(warpgroup.Field.ACCUMULATE, True)

@@ -1,0 +1,64 @@
+"""flash_mla_decode_v1: first CuTe DSL MLA decode (TMA paged K tiles, wgmma, online softmax).
+
+Device code and its design notes: kernel.py. Devlog: docs/kernels/flash_mla_decode.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mla_var3.layers.mla import D_QK, PAGE_SIZE
+from mla_var3.runtime.cute_kernel import CuteKernel, ensure_dsl_arch
+from mla_var3.runtime.kernel_plan import KernelPlan, Tiling
+
+SMEM_BYTES = (64 * D_QK * 2) * 3 + 1024      # sQ + 2-stage sK ring (bf16 64x576 each) + barriers
+
+
+@dataclass(frozen=True)
+class FlashMlaTiling(Tiling):
+    block_n: int = 64           # keys per tile: one page
+    num_threads: int = 256      # 2 warpgroups: each owns 256 of the 512 value columns
+
+    def validate(self, problem, device) -> list[str]:
+        reasons = []
+        if self.block_n != PAGE_SIZE:
+            reasons.append(f"block_n must equal the page size {PAGE_SIZE}, got {self.block_n}")
+        if self.num_threads != 256:
+            reasons.append(f"num_threads must be 256 (two math warpgroups), got {self.num_threads}")
+        if device is not None and device.smem_per_block_bytes and SMEM_BYTES > device.smem_per_block_bytes:
+            reasons.append(f"needs {SMEM_BYTES} B of shared memory per block, {device.display_name} has "
+                           f"{device.smem_per_block_bytes}")
+        return reasons
+
+
+class FlashMlaDecodeV1(KernelPlan):
+    name = "flash_mla_decode_v1"
+    language = "cute-dsl"
+    arch = ("sm_90a",)
+    Tiling = FlashMlaTiling
+    summary = "CuTe DSL: CTA per (seq, 64 rows), TMA 2-stage K ring, wgmma QK^T and PV, no split-KV"
+
+    def _kernel(self, s_q: int, h_q: int, tiling: FlashMlaTiling, arch: str = "sm_90a") -> CuteKernel:
+        ensure_dsl_arch(arch)
+        import torch
+
+        from . import kernel
+
+        def launch_args(inputs, out, lse):
+            return kernel.launch_arguments(inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens,
+                                           out, lse, inputs.softmax_scale)
+        return CuteKernel(self, tiling, name=self.name, arch=arch,
+                          build=lambda: kernel.FlashMlaDecodeKernel(s_q, h_q, tiling.block_n, tiling.num_threads),
+                          fake_args=kernel.fake_arguments, launch_args=launch_args,
+                          dtypes=(torch.bfloat16,), static=(s_q, h_q))
+
+    def plan(self, inputs, tiling) -> CuteKernel:
+        return self._kernel(inputs.s_q, inputs.h_q, tiling)
+
+    def compile_only(self, problem, arch: str, tiling=None) -> dict:
+        tiling = tiling or self.default_tiling(problem)
+        self.check_tiling(tiling, problem, None)
+        self._kernel(problem.s_q, problem.h_q, tiling, arch).compile()
+        return {"compiled": True}
+
+
+Plan = FlashMlaDecodeV1
