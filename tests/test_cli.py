@@ -89,3 +89,4 @@ def test_devlog_from_records(tmp_path, monkeypatch, capsys):
     assert rc == 0, capsys.readouterr().err
     text = (tmp_path / "docs" / "kernels" / "torch_mla_decode.md").read_text()
     assert "## torch_mla_decode_v1" in text and "| torch_mla_decode_v1 |" in text and "10.0" in text
+    assert "not re-run" not in text, "b=2 matches no FlashMLA config"

@@ -155,3 +155,26 @@ def test_torch_baseline_passes_on_cpu():
     plan = registry.get_plan("torch_mla_decode_v1")
     results = check.check_plan(plan, mla.grid("smoke"), seeds=(0,), device="cpu")
     assert results and all(r.passed for r in results), [r.reason for r in results if not r.passed]
+
+
+def test_peer_rows_match_flashmla_configs():
+    from mla_var3.runtime import peers
+    h200 = devices.load_devices()["H200"]
+    from dataclasses import replace
+    h200 = replace(h200, name="NVIDIA H200")
+    row = peers.match(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), "NVIDIA H200")
+    assert row["lengths"] == "fixed" and float(row["kernel_us"]) == 164.5 and float(row["e2e_us"]) == 164.7
+    assert peers.match(mla.MlaDecodeProblem(b=64, s_q=1, h_q=64, seqlen=4096), "NVIDIA H200") is None
+    assert peers.match(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), "NVIDIA A100") is None
+    assert peers.match(mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192, varlen=True), "NVIDIA H200")["mean_seqlen"] == "8234"
+    rec = peers.peer_record(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), h200)
+    assert rec["kind"] == "peer" and rec["kernel"] == peers.PEER_LABEL
+    assert abs(rec["tflops"] - 443) < 2 and abs(rec["gbps"] - 3775) < 10     # the CSV's own e2e numbers
+    assert len(peers.load("flashmla_h200.csv")) == 36
+
+
+def test_problem_round_trips_through_records():
+    p = mla.MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(1, 2, 3))
+    assert mla.MlaDecodeProblem.from_dict(p.to_dict()) == p
+    q = mla.MlaDecodeProblem(b=128, seqlen=1024, varlen=True)
+    assert mla.MlaDecodeProblem.from_dict(q.to_dict()) == q

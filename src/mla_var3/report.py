@@ -13,13 +13,14 @@ BENCH_COLUMNS = ("kernel", "problem", "time (us)", "TFLOP/s", "GB/s", "% rooflin
 
 def bench_rows(recs: list[dict], baseline: str | None = None) -> list[dict]:
     """One row per (problem, kernel), latest record wins; 'vs first' = baseline time / time."""
+    kinds = ("bench", "peer")       # peer rows: measured elsewhere, shown for reference
     latest = {}
     for r in recs:
-        if r.get("kind") == "bench":
+        if r.get("kind") in kinds:
             latest[(r["problem_key"], r["kernel"])] = r
     order = []
     for r in recs:
-        if r.get("kind") == "bench" and r["kernel"] not in order:
+        if r.get("kind") in kinds and r["kernel"] not in order:
             order.append(r["kernel"])
     baseline = baseline or (order[0] if order else None)
     rows = []
@@ -57,6 +58,8 @@ def text_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
 
 def run_context(recs: list[dict]) -> str:
     """One line: where and when the records were measured."""
+    peer = any(r.get("kind") == "peer" for r in recs)
+    recs = [r for r in recs if r.get("kind") != "peer"]
     if not recs:
         return ""
     env = recs[-1].get("env", {})
@@ -65,7 +68,9 @@ def run_context(recs: list[dict]) -> str:
     return (f"Measured on {env.get('gpu')} (driver {env.get('driver')}), {', '.join(dates)}, commit {env.get('commit')}; "
             f"torch {pk.get('torch')}, triton {pk.get('triton')}, nvidia-cutlass-dsl {pk.get('nvidia-cutlass-dsl')}, "
             f"cuda-tile {pk.get('cuda-tile')}. Median of CUDA-graph replays, inputs rotated past 3x L2; "
-            f"% roofline against the measured ceilings (bf16 771 TFLOP/s, 4.27 TB/s).")
+            f"% roofline against the measured ceilings (bf16 771 TFLOP/s, 4.27 TB/s)."
+            + (" FlashMLA rows: its end-to-end times measured on this H200 on 2026-11-29 (conf/peers), not re-run; "
+               "its varlen rows use its own drawn lengths (our seed-0 draws have a 2.5% larger mean: compare TFLOP/s there, not time)." if peer else ""))
 
 
 def main(argv=None) -> int:

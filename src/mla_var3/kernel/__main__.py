@@ -200,7 +200,7 @@ def cmd_check(names, problems, args) -> int:
 
 def cmd_bench(names, problems, args) -> int:
     from mla_var3 import report
-    from mla_var3.runtime import autotune, bench, devices, records, registry
+    from mla_var3.runtime import autotune, bench, devices, peers, records, registry
     device = devices.current_device()
     problems = problems or (mla.grid(args.grid) if args.grid else [mla.MlaDecodeProblem()])
     recs = []
@@ -219,9 +219,12 @@ def cmd_bench(names, problems, args) -> int:
             records.append(rec, args.records)
             recs.append(rec)
             print(f"  {name:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
+        peer = peers.peer_record(problem, device) if args.compare else None
+        if peer is not None:
+            recs.append(peer)
     print()
     print(report.text_table(report.bench_rows(recs, baseline=names[0])))
-    write_json(args, recs)
+    write_json(args, [r for r in recs if r["kind"] == "bench"])
     return 0
 
 
@@ -234,11 +237,30 @@ def cmd_devlog(names, args) -> int:
         recs = [r for r in recs_all if r["kernel"] in names]
         if not any(r["kernel"] == entry.name and r["kind"] == "bench" for r in recs):
             raise CliError(f"--devlog: no bench records of {entry.name} in {args.records}")
+        recs = recs + peer_rows(recs)
         body = report.run_context(recs) + "\n\n" + report.markdown_table(report.bench_rows(recs, baseline=entry.name))
         path = REPO_ROOT / "docs" / "kernels" / f"{entry.design}.md"
         changed = records.update_devlog(path, entry.name, body)
         print(f"devlog: {path} {'updated' if changed else 'unchanged'}")
     return 0
+
+
+def peer_rows(recs: list[dict]) -> list[dict]:
+    """Peer reference rows for the problems of bench records (GPU named in the records)."""
+    from dataclasses import replace
+
+    from mla_var3.runtime import devices, peers
+    out, seen = [], set()
+    for r in recs:
+        gpu = (r.get("env") or {}).get("gpu")
+        if r.get("kind") != "bench" or not gpu or r["problem_key"] in seen:
+            continue
+        seen.add(r["problem_key"])
+        spec = devices.spec_for_name(gpu)
+        peer = peers.peer_record(mla.MlaDecodeProblem.from_dict(r["problem"]), replace(spec, name=gpu)) if spec else None
+        if peer is not None:
+            out.append(peer)
+    return out
 
 
 def write_json(args, recs) -> None:

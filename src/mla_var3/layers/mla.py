@@ -96,7 +96,15 @@ class MlaDecodeProblem:
     def to_dict(self) -> dict:
         return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
                 "varlen": self.varlen, "seqlens": list(self.seqlens) if self.seqlens else None,
-                "softmax_scale": self.scale}
+                "softmax_scale": self.softmax_scale, "scale": self.scale}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MlaDecodeProblem":
+        scale = d.get("softmax_scale")
+        if scale is not None and abs(scale - D_QK ** -0.5) < 1e-12:   # the default, spelled out
+            scale = None
+        return cls(b=d["b"], s_q=d["s_q"], h_q=d["h_q"], seqlen=d["seqlen"], varlen=d.get("varlen", False),
+                   seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale)
 
 
 Problem = MlaDecodeProblem
