@@ -4,9 +4,10 @@ Run (on a GPU machine with cuda-tile + tileiras):
     python scripts/dev_check_ct_flash_mla_decode.py [--seed 0] [--no-bench]
 
 For every problem of mla.grid("check") (and, with FlashMLA's looser "peaked" criterion, the same
-problems drawn from N(0, 1)): NaN-filled outputs, one launch, comparison with mla.reference using
-FlashMLA's tolerances; one PASS/FAIL line per problem. Then times b=128, s_q=1, h_q=64,
-seqlen=4096 (and a few neighbours) with triton.testing.do_bench_cudagraph. Exit 1 on any FAIL.
+problems drawn from N(0, 1)): NaN-filled outputs, one launch of the default tiling, comparison
+with mla.reference using FlashMLA's tolerances; one PASS/FAIL line per problem. The other tilings
+in ALT_TILINGS get the odd-length subset. Then times b=128, s_q=1, h_q=64, seqlen=4096 (and a
+few neighbours) with triton.testing.do_bench_cudagraph, per tiling. Exit 1 on any FAIL.
 """
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.ct_flash_mla_decode_v
 OUT_ABS, OUT_REL, OUT_COS = 8e-4, 2.01 / 128, 5e-6
 LSE_ABS, LSE_REL = 1e-6, 8.01 / 65536
 PEAKED_NORM = 5e-3
+DEFAULT = dict(block_n=K.BLOCK_N_DEFAULT, kv_latency=K.KV_LATENCY_DEFAULT)
+ALT_TILINGS = [dict(block_n=64, kv_latency=4), dict(block_n=32, kv_latency=10)]
+
+
+def _tag(tiling: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in tiling.items())
 
 
 def _nonfinite_match(x: torch.Tensor, r: torch.Tensor) -> bool:
@@ -56,17 +63,18 @@ def _cos_diff(x: torch.Tensor, r: torch.Tensor) -> float:
     return float(1.0 - 2.0 * (x * r).sum() / den)
 
 
-def run_kernel(inputs: mla.MlaDecodeInputs):
+def run_kernel(inputs: mla.MlaDecodeInputs, tiling: dict):
     out, lse = mla.make_outputs(inputs)              # NaN-poisoned: unwritten elements show
     K.launch(torch.cuda.current_stream(), inputs.q, inputs.kv_cache, inputs.block_table,
-             inputs.cache_seqlens, out, lse, inputs.softmax_scale)
+             inputs.cache_seqlens, out, lse, inputs.softmax_scale, **tiling)
     torch.cuda.synchronize()
     return out, lse
 
 
-def check(problem: mla.MlaDecodeProblem, seed: int, peaked: bool) -> tuple[bool, str]:
+def check(problem: mla.MlaDecodeProblem, seed: int, peaked: bool, tiling: dict = DEFAULT
+          ) -> tuple[bool, str]:
     inputs = mla.make_inputs(problem, seed, device="cuda", peaked=peaked)
-    out, lse = run_kernel(inputs)
+    out, lse = run_kernel(inputs, tiling)
     ref_out, ref_lse = mla.reference(inputs)
     ref_out_bf = ref_out.to(torch.bfloat16).float()
     o = out.float()
@@ -97,22 +105,28 @@ def check(problem: mla.MlaDecodeProblem, seed: int, peaked: bool) -> tuple[bool,
     return ok, "; ".join(msgs)
 
 
-def bench(problem: mla.MlaDecodeProblem, seed: int = 0) -> str:
+def bench(problem: mla.MlaDecodeProblem, tilings: list[dict], seed: int = 0) -> list[str]:
     import triton.testing
     inputs = mla.make_inputs(problem, seed, device="cuda")
     out, lse = mla.make_outputs(inputs)
-
-    def fn():
-        K.launch(torch.cuda.current_stream(), inputs.q, inputs.kv_cache, inputs.block_table,
-                 inputs.cache_seqlens, out, lse, inputs.softmax_scale)
-
-    fn()
-    torch.cuda.synchronize()
-    ms = triton.testing.do_bench_cudagraph(fn, rep=200)
     flops, nbytes = mla.flops_bytes(problem, list(inputs.seqlens))
-    us = ms * 1e3
-    return (f"BENCH {problem.key()}: {us:.1f} us  {flops / us / 1e6:.1f} TFLOP/s  "
-            f"{nbytes / us / 1e6:.3f} TB/s")
+    lines = []
+    for tiling in tilings:
+        def fn():
+            K.launch(torch.cuda.current_stream(), inputs.q, inputs.kv_cache, inputs.block_table,
+                     inputs.cache_seqlens, out, lse, inputs.softmax_scale, **tiling)
+        try:
+            fn()
+            torch.cuda.synchronize()
+            us = triton.testing.do_bench_cudagraph(fn, rep=200) * 1e3
+            lines.append(f"BENCH {problem.key()} [{_tag(tiling)}]: {us:.1f} us  "
+                         f"{flops / us / 1e6:.1f} TFLOP/s  {nbytes / us / 1e6:.3f} TB/s")
+        except Exception as e:
+            lines.append(f"BENCH {problem.key()} [{_tag(tiling)}]: error {type(e).__name__}: {e}")
+        print(lines[-1], flush=True)
+    del inputs, out, lse
+    torch.cuda.empty_cache()
+    return lines
 
 
 def main() -> int:
@@ -123,30 +137,36 @@ def main() -> int:
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     fails = 0
-    sets = [False] if args.no_peaked else [False, True]
-    for peaked in sets:
-        for problem in mla.grid("check"):
-            tag = ("peaked " if peaked else "") + problem.key()
-            t0 = time.time()
-            try:
-                ok, msg = check(problem, args.seed, peaked)
-            except Exception as e:                       # one crash is one FAIL line
-                ok, msg = False, f"{type(e).__name__}: {e}"
-                traceback.print_exc()
-                if "CUDA" in str(e) or "illegal" in str(e).lower():
-                    print(f"FAIL {tag}: {msg} (context likely dead: stopping)", flush=True)
-                    return 1
-            fails += not ok
-            print(f"{'PASS' if ok else 'FAIL'} {tag}: {msg}  ({time.time() - t0:.1f}s)", flush=True)
-    print(f"check: {fails} FAIL", flush=True)
+    runs = [(DEFAULT, peaked, p) for peaked in ([False] if args.no_peaked else [False, True])
+            for p in mla.grid("check")]
+    # The other tilings: the odd lengths (63, 64, 65, 1), 200, and 2 vs 1000, at h_q = 64.
+    subset = [p for p in mla.grid("check") if p.h_q == 64 and (p.b <= 4 or p.seqlens == (2, 1000))]
+    runs += [(t, False, p) for t in ALT_TILINGS for p in subset]
+    for tiling, peaked, problem in runs:
+        tag = f"[{_tag(tiling)}] " + ("peaked " if peaked else "") + problem.key()
+        t0 = time.time()
+        try:
+            ok, msg = check(problem, args.seed, peaked, tiling)
+        except Exception as e:                           # one crash is one FAIL line
+            ok, msg = False, f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+            if "CUDA" in str(e) or "illegal" in str(e).lower():
+                print(f"FAIL {tag}: {msg} (context likely dead: stopping)", flush=True)
+                return 1
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {tag}: {msg}  ({time.time() - t0:.1f}s)", flush=True)
+    print(f"check: {fails} FAIL of {len(runs)}", flush=True)
     if not args.no_bench:
-        for p in (mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096),
-                  mla.MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096),
-                  mla.MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=4096),
-                  mla.MlaDecodeProblem(b=128, s_q=2, h_q=64, seqlen=4096),
-                  mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192)):
+        every = [DEFAULT] + ALT_TILINGS
+        for p, tilings in ((mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), every),
+                           (mla.MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=4096), every),
+                           (mla.MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096), [DEFAULT]),
+                           (mla.MlaDecodeProblem(b=128, s_q=2, h_q=64, seqlen=4096), [DEFAULT]),
+                           (mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=8192, varlen=True),
+                            [DEFAULT]),
+                           (mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192), [DEFAULT])):
             try:
-                print(bench(p), flush=True)
+                bench(p, tilings)
             except Exception as e:
                 print(f"BENCH {p.key()}: error {type(e).__name__}: {e}", flush=True)
     return 1 if fails else 0

@@ -51,6 +51,9 @@ class FlashMlaDecodeV1(KernelPlan):
                           fake_args=kernel.fake_arguments, launch_args=launch_args,
                           dtypes=(torch.bfloat16,), static=(s_q, h_q))
 
+    def example_bad_tilings(self) -> list[FlashMlaTiling]:
+        return [FlashMlaTiling(block_n=128), FlashMlaTiling(num_threads=128)]
+
     def plan(self, inputs, tiling) -> CuteKernel:
         return self._kernel(inputs.s_q, inputs.h_q, tiling)
 

@@ -11,7 +11,8 @@ Tiling
   (BLOCK_M=64-row tile of those rows, sequence): grid (cdiv(s_q*h_q, BLOCK_M), b, 1). The row
   tile is the fastest grid axis, so the blocks of one sequence (h_q*s_q > 64) run side by side
   and share its pages through L2. No split over the sequence (no combine kernel) in v1: at b=128
-  the grid is about one wave of 132 SMs.
+  the grid is about one wave of 132 SMs (two at s_q*h_q = 128), and ragged batches are bound by
+  their longest sequence (varlen 8192: 1.01 TB/s).
 - The block walks its sequence's keys in KV tiles of BLOCK_N (default 64 = one page). The page
   id is read from block_table as a 0-d tile and used as a tile index into the cache viewed as
   [num_blocks, 64, 576]; two TMA loads per tile: the BLOCK_Nx512 latent part (K_nope and V at
@@ -22,7 +23,13 @@ Tiling
   holds half of acc) + a TMA producer; HGMMA 64x32x16 (QK^T) and 64x256x16 (P.V), no spills.
   With the default 4 worker warps the 64x512 f32 accumulator spills (2.6 KB of stack).
   The KV loads carry latency hint KV_LATENCY (default 8): at >= 8 cuTile double-buffers them
-  (223 KB of shared memory: q 72 KB + 2 x 72 KB), at 4 it keeps one buffer (158 KB).
+  (223 KB of shared memory: q 72 KB + 2 x 72 KB), at 4 it keeps one buffer (158 KB). Measured on
+  the H200 (do_bench_cudagraph, b=128, seqlen 4096): both 259 us at s_q=1, h_q=64 (2.40 TB/s)
+  and 484 us at h_q=128 (302 TFLOP/s); BLOCK_N=32 (latency 10) is slower (381 / 738 us). Time
+  scales with blocks x pages (h_q=16 costs as much as h_q=64: 64-row tile), i.e. ~4 us per page
+  per block, so v1 is bound by the per-tile chain (QK^T -> softmax -> P.V, one block per SM),
+  not by the loads. Ideas for v2: split the sequence (more blocks, a combine), fewer bytes of
+  shared memory per block so two fit on an SM.
 - Epilogue: out = acc / l (0 where no key was visible), lse = (m + log2 l) * ln 2 (+inf where no
   key was visible); out stored as a [1, BLOCK_M, 512] tile (rows past s_q*h_q fall outside the
   array and the bounded store drops them); lse scattered to [b, h_q, s_q] with a row mask.
@@ -172,10 +179,9 @@ def grid(b: int, s_q: int, h_q: int, block_m: int) -> tuple[int, int, int]:
     return ((s_q * h_q + block_m - 1) // block_m, b, 1)
 
 
-def launch(stream, q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
-           block_m: int = 64, block_n: int = BLOCK_N_DEFAULT, kv_latency: int = KV_LATENCY_DEFAULT
-           ) -> None:
-    """Views + ct.launch(stream, grid, mla_decode_kernel, args). Contiguous tensors on the GPU."""
+def kernel_args(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
+                block_m: int = 64, block_n: int = BLOCK_N_DEFAULT, kv_latency: int = KV_LATENCY_DEFAULT) -> tuple:
+    """The views and constants mla_decode_kernel is launched with. Contiguous tensors on the GPU."""
     b, s_q, h_q, d = q.shape
     assert d == D_QK and tuple(kv_cache.shape[1:]) == (PAGE, 1, D_QK), (q.shape, kv_cache.shape)
     assert tuple(out.shape) == (b, s_q, h_q, D_V) and tuple(lse.shape) == (b, h_q, s_q)
@@ -183,9 +189,18 @@ def launch(stream, q, kv_cache, block_table, cache_seqlens, out, lse, softmax_sc
     q3 = q.view(b, s_q * h_q, D_QK)
     kv3 = kv_cache.view(kv_cache.shape[0], PAGE, D_QK)
     out3 = out.view(b, s_q * h_q, D_V)
+    return (q3, kv3, block_table, cache_seqlens, out3, lse,
+            float(softmax_scale) * LOG2E, s_q, h_q, block_m, block_n, kv_latency)
+
+
+def launch(stream, q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
+           block_m: int = 64, block_n: int = BLOCK_N_DEFAULT, kv_latency: int = KV_LATENCY_DEFAULT
+           ) -> None:
+    """ct.launch(stream, grid, mla_decode_kernel, kernel_args(...))."""
+    b, s_q, h_q, _ = q.shape
     ct.launch(stream, grid(b, s_q, h_q, block_m), mla_decode_kernel,
-              (q3, kv3, block_table, cache_seqlens, out3, lse,
-               float(softmax_scale) * LOG2E, s_q, h_q, block_m, block_n, kv_latency))
+              kernel_args(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale,
+                          block_m, block_n, kv_latency))
 
 
 def _array(dtype, ndim, stride_div: int = 1, base_div: int = 1):

@@ -1,0 +1,35 @@
+"""Every CuTe DSL and cuTile kernel compiles for sm_90a on the CPU, for each static shape of the check grid."""
+import pytest
+
+from mla_var3.layers import mla
+from mla_var3.runtime import registry
+
+DSL = [e.name for e in registry.all_entries() if e.language in ("cute-dsl", "cutile")]
+SHAPES = [(1, 16), (2, 64), (1, 128), (2, 128)]
+
+
+@pytest.mark.parametrize("s_q, h_q", SHAPES)
+@pytest.mark.parametrize("name", DSL)
+def test_compiles_for_sm90a(name, s_q, h_q):
+    plan = registry.get_plan(name)
+    info = plan.compile_only(mla.MlaDecodeProblem(b=1, s_q=s_q, h_q=h_q, seqlen=65), "sm_90a")
+    assert info["compiled"] is True
+
+
+@pytest.mark.parametrize("name", DSL)
+def test_tilings_that_do_not_fit_are_refused(name):
+    from mla_var3.runtime.devices import load_devices
+    from mla_var3.runtime.kernel_plan import PlanError
+    plan = registry.get_plan(name)
+    problem = mla.MlaDecodeProblem(b=1, s_q=1, h_q=64, seqlen=65)
+    good = plan.default_tiling(problem)
+    assert good.validate(problem, load_devices()["H200"]) == []
+    small = load_devices()["RTX-5090"]          # 99 KB of shared memory per block
+    assert any("shared memory" in r for r in good.validate(problem, small)), "must refuse a GPU it does not fit"
+    for bad in plan.example_bad_tilings():
+        with pytest.raises(PlanError, match="does not fit"):
+            plan.check_tiling(bad, problem, load_devices()["H200"])
+
+
+def test_dsl_kernels_are_registered():
+    assert "flash_mla_decode_v1" in DSL
