@@ -11,17 +11,14 @@ import sys
 BENCH_COLUMNS = ("kernel", "problem", "time (us)", "TFLOP/s", "GB/s", "% roofline", "% datasheet", "bound", "vs first")
 
 
-def bench_rows(recs: list[dict], baseline: str | None = None) -> list[dict]:
-    """One row per (problem, kernel), latest record wins; 'vs first' = baseline time / time."""
+def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] | None = None) -> list[dict]:
+    """One row per (problem, kernel), the latest record wins; kernels in `order` (default: as
+    they first appear), peers last; 'vs first' = baseline time / time."""
     kinds = ("bench", "peer")       # peer rows: measured elsewhere, shown for reference
-    latest = {}
-    for r in recs:
-        if r.get("kind") in kinds:
-            latest[(r["problem_key"], r["kernel"])] = r
-    order = []
-    for r in recs:
-        if r.get("kind") in kinds and r["kernel"] not in order:
-            order.append(r["kernel"])
+    latest = {(r["problem_key"], r["kernel"]): r for r in latest_records(recs)}
+    seen = list(dict.fromkeys(r["kernel"] for r in recs if r.get("kind") in kinds))
+    order = [k for k in (order or []) if k in seen] + [k for k in seen if k not in (order or [])]
+    order.sort(key=lambda k: any(r["kernel"] == k and r["kind"] == "peer" for r in recs))
     baseline = baseline or (order[0] if order else None)
     rows = []
     problems = list(dict.fromkeys(k[0] for k in latest))
@@ -37,6 +34,14 @@ def bench_rows(recs: list[dict], baseline: str | None = None) -> list[dict]:
                          "GB/s": f"{r['gbps']:.0f}", "% roofline": f"{r['pct_roofline']:.1f}",
                          "% datasheet": f"{r['pct_datasheet']:.1f}", "bound": r["bound"], "vs first": ratio})
     return rows
+
+
+def latest_records(recs: list[dict]) -> list[dict]:
+    """The newest bench (or peer) record of each (problem, kernel): what a table shows."""
+    latest = {}
+    for r in sorted((r for r in recs if r.get("kind") in ("bench", "peer")), key=lambda r: r.get("timestamp", "")):
+        latest[(r["problem_key"], r["kernel"])] = r
+    return list(latest.values())
 
 
 def markdown_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
@@ -65,7 +70,8 @@ def run_context(recs: list[dict]) -> str:
     env = recs[-1].get("env", {})
     pk = env.get("packages", {})
     dates = sorted({r["timestamp"][:10] for r in recs})
-    return (f"Measured on {env.get('gpu')} (driver {env.get('driver')}), {', '.join(dates)}, commit {env.get('commit')}; "
+    commits = ", ".join(sorted({str((r.get("env") or {}).get("commit")) for r in recs}))
+    return (f"Measured on {env.get('gpu')} (driver {env.get('driver')}), {', '.join(dates)}, commit {commits}; "
             f"torch {pk.get('torch')}, triton {pk.get('triton')}, nvidia-cutlass-dsl {pk.get('nvidia-cutlass-dsl')}, "
             f"cuda-tile {pk.get('cuda-tile')}. Median of CUDA-graph replays, inputs rotated past 3x L2; "
             f"% roofline against the measured ceilings (bf16 771 TFLOP/s, 4.27 TB/s)."

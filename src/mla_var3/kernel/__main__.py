@@ -223,7 +223,7 @@ def cmd_bench(names, problems, args) -> int:
         if peer is not None:
             recs.append(peer)
     print()
-    print(report.text_table(report.bench_rows(recs, baseline=names[0])))
+    print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))
     write_json(args, [r for r in recs if r["kind"] == "bench"])
     return 0
 
@@ -238,7 +238,7 @@ def cmd_devlog(names, args) -> int:
         if not any(r["kernel"] == entry.name and r["kind"] == "bench" for r in recs):
             raise CliError(f"--devlog: no bench records of {entry.name} in {args.records}")
         recs = recs + peer_rows(recs)
-        body = report.run_context(recs) + "\n\n" + report.markdown_table(report.bench_rows(recs, baseline=entry.name))
+        body = report.run_context(report.latest_records(recs)) + "\n\n" + report.markdown_table(report.bench_rows(recs, baseline=entry.name, order=names))
         path = REPO_ROOT / "docs" / "kernels" / f"{entry.design}.md"
         changed = records.update_devlog(path, entry.name, body)
         print(f"devlog: {path} {'updated' if changed else 'unchanged'}")
