@@ -29,3 +29,25 @@ def test_bench_writes_a_valid_record(tmp_path):
     records.append(rec, tmp_path)
     assert rec["time_us"]["median"] > 0 and rec["time_us"]["n_sets"] >= 1
     assert rec["time_us"]["rotated_bytes"] >= 3 * devices.current_device().l2_bytes or rec["time_us"]["n_sets"] == bench.MAX_SETS
+
+
+@pytest.mark.gpu
+def test_autotune_records_failures_and_caches_the_winner(tmp_path, monkeypatch):
+    from mla_var3.runtime import autotune
+    monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))
+    plan = registry.get_plan("torch_mla_decode_v1")
+    problem = mla.MlaDecodeProblem(b=16, s_q=1, h_q=16, seqlen=256)
+    T = plan.Tiling
+    real_plan = plan.plan
+
+    def flaky(inputs, tiling):          # one config that fails at launch, as a broken compile would
+        if tiling.batch_chunk == 4:
+            raise RuntimeError("launch failed on purpose")
+        return real_plan(inputs, tiling)
+    monkeypatch.setattr(plan, "plan", flaky)
+    res = autotune.autotune(plan, problem, configs=[T(batch_chunk=16), T(batch_chunk=4), T(batch_chunk=0)], rep_ms=5)
+    status = {t["tiling"]: t["status"] for t in res.trials}
+    assert status == {"batch_chunk=16": "ok", "batch_chunk=4": "failed", "batch_chunk=0": "invalid"}
+    assert res.best == T(batch_chunk=16) and res.best_us > 0
+    again = autotune.autotune(plan, problem, configs=[T(batch_chunk=16)])
+    assert again.cached and again.best == T(batch_chunk=16)

@@ -178,3 +178,36 @@ def test_problem_round_trips_through_records():
     assert mla.MlaDecodeProblem.from_dict(p.to_dict()) == p
     q = mla.MlaDecodeProblem(b=128, seqlen=1024, varlen=True)
     assert mla.MlaDecodeProblem.from_dict(q.to_dict()) == q
+
+
+def test_autotune_cache_is_keyed_by_version_source_problem_gpu_dsl(tmp_path, monkeypatch):
+    from mla_var3.runtime import autotune
+    monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))
+    plan = registry.get_plan("torch_mla_decode_v1")
+    p1, p2 = mla.MlaDecodeProblem(b=8, seqlen=64), mla.MlaDecodeProblem(b=8, seqlen=128)
+    key = autotune.cache_key(plan, p1, "NVIDIA H200")
+    parts = key.split("|")
+    assert parts[0] == "torch_mla_decode_v1" and parts[2] == p1.key() and parts[3] == "NVIDIA H200"
+    assert parts[4].startswith("torch==") and len(parts[1]) == 16
+    assert autotune.lookup(plan, p1, "NVIDIA H200") is None
+    autotune.store(plan, p1, "NVIDIA H200", plan.Tiling(batch_chunk=8), 12.5)
+    assert autotune.lookup(plan, p1, "NVIDIA H200") == plan.Tiling(batch_chunk=8)
+    assert autotune.lookup(plan, p2, "NVIDIA H200") is None
+    assert autotune.lookup(plan, p1, "NVIDIA H100 80GB HBM3") is None
+    monkeypatch.setattr(autotune, "source_hash", lambda plan: "edited")
+    assert autotune.lookup(plan, p1, "NVIDIA H200") is None, "an edit to the version must invalidate"
+
+
+def test_plans_refuse_before_compiling():
+    from mla_var3.runtime.kernel_plan import PlanError
+    x = mla.make_inputs(mla.MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=70), seed=0)
+    torch_plan = registry.get_plan("torch_mla_decode_v1")
+    with pytest.raises(PlanError, match="batch_chunk must be a positive int"):
+        torch_plan.build(x, torch_plan.Tiling(batch_chunk=0))
+    from dataclasses import replace
+    with pytest.raises(mla.InputError, match="q: expected dtype"):
+        torch_plan.build(replace(x, q=x.q.float()))
+    flash = registry.get_plan("flash_mla_decode_v1")
+    if not torch.cuda.is_available():
+        with pytest.raises(devices.DeviceError, match="no CUDA GPU"):
+            flash.build(x)
