@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--records", type=str, default="runs", help="append run records here (default runs/)")
     ap.add_argument("--devlog", action="store_true",
                     help="write the measured table into docs/kernels/<design>.md (from --records)")
-    ap.add_argument("--prof_type", choices=PROF_TYPES, default="disabled")
+    ap.add_argument("--prof_type", choices=PROF_TYPES, default="disabled",
+                    help="annotation: NVTX ranges kernel:config:phase; ncu: metrics per launched kernel; "
+                         "sanitize: compute-sanitizer memcheck + racecheck on a small problem")
+    ap.add_argument("--prof_inner", choices=("ncu", "sanitize"), help=argparse.SUPPRESS)
+    ap.add_argument("--ncu-log", dest="ncu_log", help="append ncu's raw CSV output here")
     ap.add_argument("--autotune", action="store_true", help="autotune the tiling before benchmarking")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
@@ -273,10 +277,20 @@ def run(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.name == "list":
         return cmd_list()
-    if args.prof_type != "disabled":
-        raise CliError(f"--prof_type={args.prof_type}: not available yet (profiling modes arrive with issue 4)")
     problems = problems_from_args(args)
     names = kernel_names(args)
+    from mla_var3.kernel import cli_profile
+    from mla_var3.runtime import profiling
+    if args.prof_inner:
+        return cli_profile.run_inner(names[0], (problems or [mla.MlaDecodeProblem()])[0], args.prof_inner, args.seed)
+    if args.prof_type == "ncu":
+        return cli_profile.cmd_ncu(names, problems, args)
+    if args.prof_type == "sanitize":
+        return cli_profile.cmd_sanitize(names, problems, args)
+    if args.prof_type == "annotation":
+        profiling.enable_annotation()
+        print("annotation: NVTX ranges <kernel>:<config>:<phase>; to record them:\n  "
+              + profiling.nsys_command([a for a in argv]))
     if args.compile_only:
         return cmd_compile_only(names, problems, args.arch)
     if args.check:
@@ -293,10 +307,11 @@ def run(argv) -> int:
 def main(argv=None) -> int:
     from mla_var3.runtime.devices import DeviceError
     from mla_var3.runtime.kernel_plan import PlanError
+    from mla_var3.runtime.profiling import ProfilerError
     from mla_var3.runtime.registry import RegistryError
     try:
         return run(sys.argv[1:] if argv is None else argv)
-    except (CliError, mla.ProblemError, mla.InputError, PlanError, DeviceError, RegistryError) as e:
+    except (CliError, mla.ProblemError, mla.InputError, PlanError, DeviceError, RegistryError, ProfilerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -60,19 +60,24 @@ def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: flo
     Returns the fields of a `bench` record (records.make_record adds identity and environment)."""
     from mla_var3.layers.mla import make_outputs
     from mla_var3.runtime import records, roofline
+    from mla_var3.runtime.profiling import annotate
 
     first = plan.prepare_inputs(problem, seed=seed, device="cuda")
     kern = plan.build(first, tiling)
-    t0 = time_compile(kern)
+    cfg = kern.tiling.key()
+    with annotate(plan.name, cfg, "compile"):
+        t0 = time_compile(kern)
     per_set = first.nbytes() + sum(t.numel() * t.element_size() for t in make_outputs(first))
     n_sets = sets_needed(per_set, device.l2_bytes)
     sets = [first] + [plan.prepare_inputs(problem, seed=seed, device="cuda", data_seed=seed + 1000 * i)
                       for i in range(1, n_sets)]
     outputs = [make_outputs(x, fill=0.0) for x in sets]
-    kern.run(sets[0], *outputs[0])                      # warm-up outside the graph
+    with annotate(plan.name, cfg, "warmup"):
+        kern.run(sets[0], *outputs[0])                  # warm-up outside the graph
     clocks_before = records.gpu_clocks()
-    stats = bench_rotating(lambda x, o, l: kern.run(x, o, l), sets, outputs, rep_ms=rep_ms,
-                           rotated_bytes=per_set * n_sets)
+    with annotate(plan.name, cfg, "timed"):
+        stats = bench_rotating(lambda x, o, l: kern.run(x, o, l), sets, outputs, rep_ms=rep_ms,
+                               rotated_bytes=per_set * n_sets)
     clocks_after = records.gpu_clocks()
     flops, nbytes = plan.algorithmic_flops_bytes(problem, list(first.seqlens))
     point = roofline.roofline(flops, nbytes, stats.median, device)

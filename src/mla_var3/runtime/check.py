@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from mla_var3.runtime.profiling import annotate
+
 OUT_ABS, OUT_REL, OUT_COS = 8e-4, 2.01 / 128, 5e-6
 LSE_ABS, LSE_REL = 1e-6, 8.01 / 65536
 PEAKED_OUT_REL_NORM = 5e-3
@@ -117,7 +119,10 @@ def check_plan(plan, problems, *, seeds=(0, 1), peaked_seeds=(0,), device: str =
             for seed in seed_list:
                 inputs = plan.prepare_inputs(problem, seed=seed, device=device, peaked=peaked)
                 kern = plan.build(inputs, tiling)
-                out, lse = run_poisoned(kern, inputs)
+                with annotate(plan.name, kern.tiling.key(), "compile"):
+                    kern.compile()
+                with annotate(plan.name, kern.tiling.key(), "check"):
+                    out, lse = run_poisoned(kern, inputs)
                 ref_out, ref_lse = plan.reference_fn(inputs)
                 cmp = compare(out, lse, ref_out, ref_lse, peaked=peaked)
                 res = CheckOutcome(problem.key(), seed, peaked, cmp.passed, cmp.reason, cmp.errors)

@@ -23,6 +23,7 @@ REQUIRED_KEYS = {
 BENCH_KEYS = {"time_us": dict, "tflops": float, "gbps": float, "pct_roofline": float,
               "pct_datasheet": float, "bound": str, "flops": int, "bytes": int}
 CHECK_KEYS = {"passed": bool, "seeds": list, "errors": dict}
+PROFILE_KEYS = {"prof_type": str, "rows": list}
 PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "cuda-tile", "apache-tvm-ffi")
 
 
@@ -103,6 +104,8 @@ def validate_record(rec: dict) -> None:
         need.update(BENCH_KEYS)
     elif rec.get("kind") == "check":
         need.update(CHECK_KEYS)
+    elif rec.get("kind") == "profile":
+        need.update(PROFILE_KEYS)
     for key, typ in need.items():
         if key not in rec:
             raise RecordError(f"record: missing field {key!r}")

@@ -1,0 +1,143 @@
+"""--prof_type=ncu|sanitize for the CLI: the outer run re-launches the CLI under the tool with
+the hidden `--prof_inner` flag; the inner run makes a few plain launches and exits.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from mla_var3.layers import mla
+from mla_var3.runtime import profiling
+
+SANITIZE_PROBLEM = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))
+INNER_TIMEOUT_S = 540
+
+
+def problem_flags(problem: mla.MlaDecodeProblem) -> list[str]:
+    flags = [f"--s_q={problem.s_q}", f"--h_q={problem.h_q}"]
+    if problem.seqlens is not None:
+        return flags + ["--seqlens=" + ",".join(map(str, problem.seqlens))]
+    flags += [f"--b={problem.b}", f"--seqlen={problem.seqlen}"]
+    return flags + (["--varlen"] if problem.varlen else [])
+
+
+def choose_tiling(plan, problem):
+    """What a benchmark of this problem would run: the tuned winner, else the default."""
+    from mla_var3.runtime import autotune, devices
+    return autotune.lookup(plan, problem, devices.current_device().name) or plan.default_tiling(problem)
+
+
+def run_inner(name: str, problem: mla.MlaDecodeProblem, mode: str, seed: int,
+              launches: int = profiling.DEFAULT_LAUNCHES) -> int:
+    """Inside ncu / compute-sanitizer: compile, warm up, then `launches` plain launches (no graph)
+    inside the `:profile` NVTX range."""
+    import torch
+
+    from mla_var3.runtime import registry
+    plan = registry.get_plan(name)
+    inputs = plan.prepare_inputs(problem, seed=seed, device="cuda")
+    kern = plan.build(inputs, choose_tiling(plan, problem))
+    cfg = kern.tiling.key()
+    out, lse = mla.make_outputs(inputs)
+    with profiling.annotate(plan.name, cfg, "compile", force=True):
+        kern.compile()
+    with profiling.annotate(plan.name, cfg, "warmup", force=True):
+        kern.run(inputs, out, lse)
+    torch.cuda.synchronize()
+    with profiling.annotate(plan.name, cfg, "profile", force=True):
+        for _ in range(launches if mode == "ncu" else 1):
+            kern.run(inputs, out, lse)
+        torch.cuda.synchronize()
+    print(f"mla_var3-inner: {plan.name} {cfg} {problem.key()} done")
+    return 0
+
+
+def _run_tool(cmd: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INNER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return 124, f"{cmd[0]}: timed out after {INNER_TIMEOUT_S}s"
+    return proc.returncode, proc.stdout + "\n" + proc.stderr
+
+
+def cmd_ncu(names, problems, args) -> int:
+    from mla_var3.runtime import records, registry
+    problem = (problems or [mla.MlaDecodeProblem()])[0]
+    table, recs, rc = [], [], 0
+    for name in names:
+        plan = registry.get_plan(name)
+        tiling = choose_tiling(plan, problem)
+        prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
+        inner = [name, *problem_flags(problem), f"--seed={args.seed}", "--prof_inner=ncu"]
+        t0 = time.perf_counter()
+        code, text = _run_tool(profiling.ncu_command(inner, prefix))
+        rows = profiling.summarize_launches(profiling.parse_ncu_csv(text))
+        if code != 0 or not rows:
+            rc = 1
+            tail = "\n".join(text.strip().splitlines()[-8:])
+            print(f"{name}: ncu {'failed (rc=%d)' % code if code else 'profiled no kernel'}:\n{tail}", file=sys.stderr)
+        if args.ncu_log:                    # the raw output, e.g. for the parser's test fixture
+            with open(args.ncu_log, "a") as f:
+                f.write(text)
+        for r in rows:
+            table.append({"version": name, **r})
+        rec = records.make_record("profile", plan, tiling, problem, prof_type="ncu", rows=rows,
+                                  wall_s=time.perf_counter() - t0, tool_rc=code)
+        records.append(rec, args.records)
+        recs.append(rec)
+    print(format_ncu_table(table, problem))
+    from mla_var3.kernel.__main__ import write_json
+    write_json(args, recs)
+    return rc
+
+
+NCU_HEADERS = (("version", "version"), ("kernel", "kernel_name"), ("n", "launches"), ("us", "duration_us"),
+               ("SM %", "sm_throughput_pct"), ("tensor %", "tensor_pipe_pct"), ("DRAM %", "dram_throughput_pct"),
+               ("DRAM GB/s", "dram_gbps"), ("occup %", "achieved_occupancy_pct"), ("regs", "registers_per_thread"),
+               ("smem KB", "smem_per_block_kb"), ("L2 hit %", "l2_hit_rate_pct"))
+
+
+def format_ncu_table(rows: list[dict], problem) -> str:
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+        return str(v)
+    cells = [[fmt(profiling.short_kernel_name(r[k]) if k == "kernel_name" else r.get(k)) for _, k in NCU_HEADERS]
+             for r in rows]
+    heads = [h for h, _ in NCU_HEADERS]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
+    out = [f"ncu --clock-control none, {problem.key()} (median of launches per kernel)", line(heads),
+           line(["-" * w for w in widths])]
+    return "\n".join(out + [line(c) for c in cells])
+
+
+def cmd_sanitize(names, problems, args) -> int:
+    from mla_var3.runtime import records, registry
+    problem = (problems or [SANITIZE_PROBLEM])[0]
+    rc = 0
+    for name in names:
+        plan = registry.get_plan(name)
+        results = {}
+        for tool in profiling.SANITIZER_TOOLS:
+            inner = [name, *problem_flags(problem), f"--seed={args.seed}", "--prof_inner=sanitize"]
+            code, text = _run_tool(profiling.sanitizer_command(tool, inner))
+            res = profiling.parse_sanitizer(text)
+            res["rc"] = code
+            results[tool] = res
+            clean = code == 0 and res["errors"] == 0
+            rc |= not clean
+            verdict = "clean (0 errors)" if clean else (
+                f"{res['errors']} errors" if res["errors"] else f"no summary (rc={code})")
+            print(f"{name} {tool} on {problem.key()}: {verdict}")
+            for line in res["first"] if not clean else []:
+                print(f"    {line}")
+            if not clean and not res["first"]:
+                print("    " + "\n    ".join(text.strip().splitlines()[-6:]))
+        rec = records.make_record("profile", plan, choose_tiling(plan, problem), problem, prof_type="sanitize",
+                                  rows=[{"tool": t, **r} for t, r in results.items()])
+        records.append(rec, args.records)
+    return int(rc)

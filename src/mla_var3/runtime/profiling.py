@@ -1,0 +1,211 @@
+"""Profiling modes: disabled | annotation (NVTX) | ncu | sanitize.
+
+- annotation: every launch the harness makes sits in an NVTX range `<kernel>:<config>:<phase>`
+  (phases compile, warmup, timed, check, profile; `:` not `/`, which ncu's NVTX filter reads
+  as syntax), through the `nvtx` package or, when it is missing, torch.cuda.nvtx.
+- ncu: the CLI re-runs itself under `ncu --clock-control none` (clocks are never locked or
+  changed) on a few plain launches (no CUDA graph) and parses the CSV into one row per kernel.
+- sanitize: one small problem under compute-sanitizer memcheck and racecheck.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import re
+import shutil
+import sys
+
+PHASES = ("compile", "warmup", "timed", "check", "profile")
+
+# ---- annotation -----------------------------------------------------------------------------
+
+_state = {"enabled": False, "backend": None, "notice": False}
+
+
+def range_name(kernel: str, config: str, phase: str) -> str:
+    """`kernel:config:phase`, with characters NVTX filters treat as syntax replaced."""
+    if phase not in PHASES:
+        raise ValueError(f"phase: expected one of {PHASES}, got {phase!r}")
+    clean = lambda s: re.sub(r"[^A-Za-z0-9_.\-]", "_", s)  # noqa: E731  ncu filters read / : @ , = as syntax
+    return f"{clean(kernel)}:{clean(config)}:{phase}"
+
+
+def _backend():
+    if _state["backend"] is None:
+        try:
+            import nvtx
+            _state["backend"] = ("nvtx", nvtx.push_range, nvtx.pop_range)
+        except ImportError:
+            import torch
+            if not _state["notice"]:
+                print("annotation: the nvtx package is missing; using torch.cuda.nvtx", file=sys.stderr)
+                _state["notice"] = True
+            _state["backend"] = ("torch.cuda.nvtx", torch.cuda.nvtx.range_push, lambda: torch.cuda.nvtx.range_pop())
+    return _state["backend"]
+
+
+def enable_annotation(on: bool = True) -> None:
+    _state["enabled"] = on
+
+
+def annotation_enabled() -> bool:
+    return _state["enabled"]
+
+
+@contextlib.contextmanager
+def annotate(kernel: str, config: str, phase: str, force: bool = False):
+    """An NVTX range around a phase when annotation is on (or forced, as the ncu run does)."""
+    if not (_state["enabled"] or force):
+        yield
+        return
+    _, push, pop = _backend()
+    push(range_name(kernel, config, phase))
+    try:
+        yield
+    finally:
+        pop()
+
+
+def nsys_command(argv: list[str]) -> str:
+    """The nsys line that would record these ranges (nsys is not on the lent H200)."""
+    return ("nsys profile --trace=cuda,nvtx --cuda-graph-trace=node -o mla_var3_%p "
+            f"{sys.executable} -m mla_var3.kernel " + " ".join(argv))
+
+
+# ---- ncu --------------------------------------------------------------------------------------
+
+# column -> (ncu metric, conversion to the column's unit)
+NCU_METRICS = {
+    "duration_us": ("gpu__time_duration.sum", "ns->us"),
+    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", None),
+    "tensor_pipe_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", None),
+    "tensor_pipe_mma_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", None),
+    "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", None),
+    "dram_gbps": ("dram__bytes.sum.per_second", "B/s->GB/s"),
+    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", None),
+    "registers_per_thread": ("launch__registers_per_thread", None),
+    "smem_per_block_kb": ("launch__shared_mem_per_block", "B->KB"),
+    "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", None),
+}
+NCU_COLUMNS = ("kernel_name",) + tuple(NCU_METRICS)
+DEFAULT_LAUNCHES = 3
+
+
+class ProfilerError(RuntimeError):
+    pass
+
+
+def find_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        for guess in (f"/usr/local/cuda/bin/{name}", f"/opt/nvidia/nsight-compute/{name}"):
+            if shutil.which(guess):
+                return guess
+        raise ProfilerError(f"{name}: not found on PATH (it ships with the CUDA toolkit; needed by --prof_type)")
+    return path
+
+
+def ncu_command(inner_argv: list[str], range_prefix: str, launches: int = DEFAULT_LAUNCHES) -> list[str]:
+    """ncu over the inner run, profiling the kernels launched inside its `:profile` NVTX range."""
+    metrics = ",".join(m for m, _ in NCU_METRICS.values())
+    return [find_tool("ncu"), "--clock-control", "none", "--target-processes", "all",
+            "--nvtx", "--nvtx-include", f"{range_prefix}:profile/",
+            "--launch-count", str(200 * launches), "--csv", "--page", "raw", "--print-units", "base",
+            "--metrics", metrics,
+            sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+
+
+def _to_float(text: str) -> float | None:
+    text = text.strip().replace(",", "")
+    if text in ("", "n/a", "N/A"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+_UNIT_SCALE = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "msecond": 1e3, "ms": 1e3, "nsecond": 1e-3,
+               "B/s": 1e-9, "byte/second": 1e-9, "KB/s": 1e-6, "Kbyte/second": 1e-6, "MB/s": 1e-3,
+               "Mbyte/second": 1e-3, "GB/s": 1.0, "Gbyte/second": 1.0, "TB/s": 1e3, "Tbyte/second": 1e3,
+               "B": 1 / 1024, "byte": 1 / 1024, "KB": 1.0, "Kbyte": 1.0, "MB": 1024.0, "Mbyte": 1024.0}
+
+
+def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
+    """Bring ncu's value in its printed unit to the column's unit (us, GB/s, KB)."""
+    if value is None or conv is None:
+        return value
+    return value * _UNIT_SCALE.get(unit.strip(), {"ns->us": 1e-3, "B/s->GB/s": 1e-9, "B->KB": 1 / 1024}[conv])
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Rows of `ncu --csv --page raw` (header, units, one row per profiled launch) -> one dict per
+    launch with NCU_COLUMNS; metrics ncu did not report are None. Lines ncu's own log and the
+    program's output put before the header are skipped."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    reader = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, rows = reader[0], reader[1:]
+    units = {}
+    if rows and not rows[0][0].strip().isdigit():      # the units row
+        units = dict(zip(header, rows[0]))
+        rows = rows[1:]
+    out = []
+    for row in rows:
+        if not row or not row[0].strip().isdigit():
+            continue
+        rec = dict(zip(header, row))
+        parsed = {"kernel_name": rec.get("Kernel Name", "")}
+        for col, (metric, conv) in NCU_METRICS.items():
+            parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
+        out.append(parsed)
+    return out
+
+
+def summarize_launches(rows: list[dict]) -> list[dict]:
+    """One row per kernel name: the median of its launches (e.g. main kernel and a combine)."""
+    import statistics
+    by_name: dict[str, list[dict]] = {}
+    for r in rows:
+        by_name.setdefault(r["kernel_name"], []).append(r)
+    out = []
+    for name, rs in by_name.items():
+        row = {"kernel_name": name, "launches": len(rs)}
+        for col in NCU_METRICS:
+            vals = [r[col] for r in rs if r[col] is not None]
+            row[col] = statistics.median(vals) if vals else None
+        out.append(row)
+    return out
+
+
+def short_kernel_name(name: str, width: int = 40) -> str:
+    base = re.sub(r"\(.*$", "", name)
+    return base if len(base) <= width else base[: width - 3] + "..."
+
+
+# ---- sanitize -----------------------------------------------------------------------------------
+
+SANITIZER_TOOLS = ("memcheck", "racecheck")
+
+
+def sanitizer_command(tool: str, inner_argv: list[str]) -> list[str]:
+    if tool not in SANITIZER_TOOLS:
+        raise ValueError(f"tool: expected one of {SANITIZER_TOOLS}, got {tool!r}")
+    return [find_tool("compute-sanitizer"), "--tool", tool, "--report-api-errors", "no",
+            "--target-processes", "all", sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+
+
+def parse_sanitizer(text: str) -> dict:
+    """{'errors': n (None when no summary was printed), 'first': [first error lines]}."""
+    m = re.search(r"ERROR SUMMARY:\s*(\d+)\s+error", text)
+    hazards = re.search(r"RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s+\((\d+)\s+errors?", text)
+    first = [line.strip() for line in text.splitlines()
+             if re.match(r"=+\s*(Invalid|Error|ERROR|Race|Warning)", line.strip().lstrip("="))
+             or re.search(r"=========\s+(Invalid|Race reported|Error:|Program hit)", line)][:5]
+    errors = int(m.group(1)) if m else None
+    if hazards:
+        errors = (errors or 0) + int(hazards.group(1))
+    return {"errors": errors, "first": first}

@@ -1,0 +1,114 @@
+"""Profiling modes on the CPU: NVTX range names and nesting, the ncu/sanitizer command lines and
+output parsers (fixtures recorded on the H200)."""
+from pathlib import Path
+
+import pytest
+
+from mla_var3.runtime import profiling
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_range_names_use_colons_and_no_filter_syntax():
+    assert profiling.range_name("flash_mla_decode_v1", "block_n=64,num_threads=256", "timed") == \
+        "flash_mla_decode_v1:block_n_64_num_threads_256:timed"
+    assert "/" not in profiling.range_name("a/b", "c/d", "check")
+    with pytest.raises(ValueError, match="phase"):
+        profiling.range_name("k", "c", "bogus")
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    events = []
+    monkeypatch.setitem(profiling._state, "backend",
+                        ("fake", lambda name: events.append(("push", name)), lambda: events.append(("pop",))))
+    profiling.enable_annotation(True)
+    yield events
+    profiling.enable_annotation(False)
+
+
+def test_annotate_pushes_and_pops_in_order(recorder):
+    with profiling.annotate("k_v1", "cfg", "compile"):
+        pass
+    with profiling.annotate("k_v1", "cfg", "timed"):
+        with profiling.annotate("k_v1", "cfg", "check"):
+            pass
+    assert recorder == [("push", "k_v1:cfg:compile"), ("pop",), ("push", "k_v1:cfg:timed"),
+                        ("push", "k_v1:cfg:check"), ("pop",), ("pop",)]
+
+
+def test_annotate_pops_on_error_and_is_off_by_default(recorder):
+    with pytest.raises(RuntimeError):
+        with profiling.annotate("k", "c", "warmup"):
+            raise RuntimeError("boom")
+    assert recorder == [("push", "k:c:warmup"), ("pop",)]
+    profiling.enable_annotation(False)
+    with profiling.annotate("k", "c", "warmup"):
+        pass
+    assert len(recorder) == 2
+
+
+def test_check_runs_inside_check_ranges(recorder):
+    from mla_var3.layers import mla
+    from mla_var3.runtime import check, registry
+    plan = registry.get_plan("torch_mla_decode_v1")
+    check.check_plan(plan, [mla.grid("smoke")[0]], seeds=(0,), peaked_seeds=(), device="cpu")
+    names = [e[1] for e in recorder if e[0] == "push"]
+    assert names == ["torch_mla_decode_v1:batch_chunk_2:compile", "torch_mla_decode_v1:batch_chunk_2:check"]
+    assert sum(e[0] == "pop" for e in recorder) == 2
+
+
+def test_torch_fallback_says_so_once(monkeypatch, capsys):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_nvtx(name, *a, **k):
+        if name == "nvtx":
+            raise ImportError("no nvtx")
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_nvtx)
+    monkeypatch.setitem(profiling._state, "backend", None)
+    monkeypatch.setitem(profiling._state, "notice", False)
+    assert profiling._backend()[0] == "torch.cuda.nvtx"
+    monkeypatch.setitem(profiling._state, "backend", None)
+    profiling._backend()
+    assert capsys.readouterr().err.count("nvtx package is missing") == 1
+    monkeypatch.setitem(profiling._state, "backend", None)
+
+
+def test_nsys_line_names_the_ranges():
+    line = profiling.nsys_command(["flash_mla_decode", "--b=128"])
+    assert line.startswith("nsys profile --trace=cuda,nvtx") and "-m mla_var3.kernel flash_mla_decode --b=128" in line
+
+
+def test_ncu_command_never_touches_clocks(monkeypatch):
+    monkeypatch.setattr(profiling, "find_tool", lambda name: f"/usr/bin/{name}")
+    cmd = profiling.ncu_command(["flash_mla_decode_v1", "--prof_inner=ncu"], "flash_mla_decode_v1:cfg")
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--nvtx-include") + 1] == "flash_mla_decode_v1:cfg:profile/"
+    assert "--csv" in cmd and cmd[cmd.index("--page") + 1] == "raw"
+    metrics = cmd[cmd.index("--metrics") + 1].split(",")
+    assert len(metrics) == len(profiling.NCU_METRICS)
+    san = profiling.sanitizer_command("racecheck", ["x"])
+    assert san[san.index("--report-api-errors") + 1] == "no" and san[san.index("--tool") + 1] == "racecheck"
+    with pytest.raises(ValueError):
+        profiling.sanitizer_command("initcheck", ["x"])
+
+
+def test_sanitizer_summaries():
+    clean = "========= COMPUTE-SANITIZER\nmla_var3-inner: done\n========= ERROR SUMMARY: 0 errors\n"
+    assert profiling.parse_sanitizer(clean) == {"errors": 0, "first": []}
+    bad = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ read of size 2 bytes\n"
+           "=========     at kernel+0x1b0\n========= ERROR SUMMARY: 3 errors\n")
+    res = profiling.parse_sanitizer(bad)
+    assert res["errors"] == 3 and res["first"][0].startswith("========= Invalid __global__ read")
+    race = "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n"
+    assert profiling.parse_sanitizer(race)["errors"] == 1
+    assert profiling.parse_sanitizer("Segmentation fault")["errors"] is None
+
+
+def test_summarize_takes_the_median_per_kernel():
+    rows = [{"kernel_name": "a", **{c: float(i) for c in profiling.NCU_METRICS}} for i in (1, 5, 3)]
+    rows.append({"kernel_name": "b", **{c: None for c in profiling.NCU_METRICS}})
+    out = {r["kernel_name"]: r for r in profiling.summarize_launches(rows)}
+    assert out["a"]["launches"] == 3 and out["a"]["duration_us"] == 3.0 and out["b"]["dram_gbps"] is None
