@@ -1,7 +1,8 @@
 """Tables from records: the CLI's result table and the devlog's generated section.
 
-`python -m mla_var3.report --records DIR [--kernel NAME]` prints the markdown table of the
-latest bench record per (kernel, problem) found there.
+`python -m mla_var3.report --records DIR [--kernel NAME] [--peers]` prints the markdown table of
+the latest bench record per (kernel, problem) found there; `--plots [--design D] [--out DIR]`
+also writes D's roofline and version-progress PNGs (mla_var3.plots) and prints their links.
 """
 from __future__ import annotations
 
@@ -79,17 +80,52 @@ def run_context(recs: list[dict]) -> str:
                "its varlen rows use its own drawn lengths (our seed-0 draws have a 2.5% larger mean: compare TFLOP/s there, not time)." if peer else ""))
 
 
+def _plot_design(recs: list[dict], design: str | None) -> str | None:
+    """The design to plot: the one asked for, else the first CuTe DSL design with bench records
+    (else the first design at all)."""
+    if design:
+        return design
+    designs = list(dict.fromkeys(r.get("design") for r in recs if r.get("kind") == "bench" and r.get("design")))
+    plain = [d for d in designs if not d.startswith(("ct_", "torch_"))]
+    return (plain or designs or [None])[0]
+
+
 def main(argv=None) -> int:
+    from pathlib import Path
+
     from mla_var3.runtime import records
     ap = argparse.ArgumentParser(prog="python -m mla_var3.report", description=__doc__)
     ap.add_argument("--records", required=True, nargs="+", help="records.jsonl files or directories")
     ap.add_argument("--kernel", action="append", help="only these kernels (repeatable)")
+    ap.add_argument("--design", help="the design the plots follow version by version (default: the first "
+                                     "CuTe DSL design in the records); other designs appear as baselines")
+    ap.add_argument("--out", default="docs/kernels", help="where --plots writes <design>_roofline.png and "
+                                                          "<design>_progress.png (default: docs/kernels)")
+    ap.add_argument("--plots", action="store_true", help="also write the roofline and progress PNGs")
+    ap.add_argument("--peers", action="store_true", help="add the measured peer rows (FlashMLA) for these problems")
+    ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
+                                                             "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)
     recs = records.load(args.records)
     if args.kernel:
         recs = [r for r in recs if r["kernel"] in args.kernel]
+    if args.peers:
+        from mla_var3.kernel.__main__ import peer_rows
+        recs = recs + peer_rows(recs)
     print(run_context(recs))
     print(markdown_table(bench_rows(recs)))
+    if args.plots:
+        from mla_var3 import plots
+        design = _plot_design(recs, args.design)
+        if design is None:
+            print("--plots: no bench records to plot", file=sys.stderr)
+            return 1
+        out = Path(args.out)
+        roof = plots.roofline_plot(recs, out / f"{design}_roofline.png", design=design)
+        prog = plots.progress_plot(recs, out / f"{design}_progress.png", design=design, metric=args.metric)
+        print(f"\nwrote {roof} and {prog}; to embed them in the devlog next to them:\n")
+        print(f"![{design} roofline]({roof.name})")
+        print(f"![{design} progress]({prog.name})")
     return 0
 
 
