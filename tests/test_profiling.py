@@ -112,3 +112,31 @@ def test_summarize_takes_the_median_per_kernel():
     rows.append({"kernel_name": "b", **{c: None for c in profiling.NCU_METRICS}})
     out = {r["kernel_name"]: r for r in profiling.summarize_launches(rows)}
     assert out["a"]["launches"] == 3 and out["a"]["duration_us"] == 3.0 and out["b"]["dram_gbps"] is None
+
+
+def test_ncu_parser_on_the_h200_fixture():
+    """tests/fixtures/ncu_raw_h200.csv: the harness's ncu run on the H200 (2026-11-29), columns
+    trimmed to the ones parsed, values as ncu printed them (b=128 s_q=1 h_q=64 seqlen=4096)."""
+    rows = profiling.parse_ncu_csv((FIXTURES / "ncu_raw_h200.csv").read_text())
+    assert len(rows) == 3 + 3 + 4
+    flash = [r for r in rows if r["kernel_name"].startswith("kernel_cutlass_kernel_mla_var3")]
+    assert len(flash) == 3
+    f = flash[0]
+    assert f["duration_us"] == pytest.approx(189.792)
+    assert f["tensor_pipe_pct"] == pytest.approx(71.71)
+    assert f["dram_gbps"] == pytest.approx(3245.41, rel=1e-4)
+    assert f["smem_per_block_kb"] == pytest.approx(218.0)
+    assert f["registers_per_thread"] == 210 and 0 < f["l2_hit_rate_pct"] < 100
+    assert all(f[c] is not None for c in profiling.NCU_METRICS)
+    ct_rows = [r for r in rows if r["kernel_name"].startswith("mla_decode_kernel")]
+    assert len(ct_rows) == 3 and ct_rows[0]["registers_per_thread"] == 168
+    summary = {r["kernel_name"]: r for r in profiling.summarize_launches(rows)}
+    assert summary[f["kernel_name"]]["launches"] == 3
+
+
+def test_ncu_parser_tolerates_noise_and_missing_metrics():
+    text = 'noise\n"ID","Kernel Name","gpu__time_duration.sum"\n"","","usecond"\n"0","k","1,500.5"\ntrailing\n'
+    (row,) = profiling.parse_ncu_csv(text)
+    assert row["kernel_name"] == "k" and row["duration_us"] == pytest.approx(1500.5)
+    assert row["dram_gbps"] is None
+    assert profiling.parse_ncu_csv("==PROF== no kernels were profiled") == []

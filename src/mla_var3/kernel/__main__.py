@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="annotation: NVTX ranges kernel:config:phase; ncu: metrics per launched kernel; "
                          "sanitize: compute-sanitizer memcheck + racecheck on a small problem")
     ap.add_argument("--prof_inner", choices=("ncu", "sanitize"), help=argparse.SUPPRESS)
-    ap.add_argument("--ncu-log", dest="ncu_log", help="append ncu's raw CSV output here")
+    ap.add_argument("--tool-log", dest="tool_log", help="append ncu's / compute-sanitizer's raw output here")
     ap.add_argument("--autotune", action="store_true", help="autotune the tiling before benchmarking")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")

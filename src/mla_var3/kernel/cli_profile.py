@@ -61,6 +61,12 @@ def _run_tool(cmd: list[str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout + "\n" + proc.stderr
 
 
+def save_tool_log(args, text: str) -> None:
+    if args.tool_log:
+        with open(args.tool_log, "a") as f:
+            f.write(text)
+
+
 def cmd_ncu(names, problems, args) -> int:
     from mla_var3.runtime import records, registry
     problem = (problems or [mla.MlaDecodeProblem()])[0]
@@ -77,9 +83,7 @@ def cmd_ncu(names, problems, args) -> int:
             rc = 1
             tail = "\n".join(text.strip().splitlines()[-8:])
             print(f"{name}: ncu {'failed (rc=%d)' % code if code else 'profiled no kernel'}:\n{tail}", file=sys.stderr)
-        if args.ncu_log:                    # the raw output, e.g. for the parser's test fixture
-            with open(args.ncu_log, "a") as f:
-                f.write(text)
+        save_tool_log(args, text)           # the raw output, e.g. for the parser's test fixture
         for r in rows:
             table.append({"version": name, **r})
         rec = records.make_record("profile", plan, tiling, problem, prof_type="ncu", rows=rows,
@@ -125,6 +129,7 @@ def cmd_sanitize(names, problems, args) -> int:
         for tool in profiling.SANITIZER_TOOLS:
             inner = [name, *problem_flags(problem), f"--seed={args.seed}", "--prof_inner=sanitize"]
             code, text = _run_tool(profiling.sanitizer_command(tool, inner))
+            save_tool_log(args, f"==== {name} {tool}\n{text}")
             res = profiling.parse_sanitizer(text)
             res["rc"] = code
             results[tool] = res

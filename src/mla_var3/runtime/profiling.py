@@ -83,8 +83,8 @@ def nsys_command(argv: list[str]) -> str:
 NCU_METRICS = {
     "duration_us": ("gpu__time_duration.sum", "ns->us"),
     "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", None),
-    "tensor_pipe_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", None),
-    "tensor_pipe_mma_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", None),
+    # on sm_90 the hmma pipe counter includes wgmma (ncu reports no separate gmma metric there)
+    "tensor_pipe_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", None),
     "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", None),
     "dram_gbps": ("dram__bytes.sum.per_second", "B/s->GB/s"),
     "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", None),
@@ -133,7 +133,7 @@ def _to_float(text: str) -> float | None:
 _UNIT_SCALE = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "msecond": 1e3, "ms": 1e3, "nsecond": 1e-3,
                "B/s": 1e-9, "byte/second": 1e-9, "KB/s": 1e-6, "Kbyte/second": 1e-6, "MB/s": 1e-3,
                "Mbyte/second": 1e-3, "GB/s": 1.0, "Gbyte/second": 1.0, "TB/s": 1e3, "Tbyte/second": 1e3,
-               "B": 1 / 1024, "byte": 1 / 1024, "KB": 1.0, "Kbyte": 1.0, "MB": 1024.0, "Mbyte": 1024.0}
+               "B": 1 / 1024, "byte": 1 / 1024, "byte/block": 1 / 1024, "byte/s": 1e-9, "KB": 1.0, "Kbyte": 1.0, "MB": 1024.0, "Mbyte": 1024.0}
 
 
 def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
@@ -144,28 +144,29 @@ def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
 
 
 def parse_ncu_csv(text: str) -> list[dict]:
-    """Rows of `ncu --csv --page raw` (header, units, one row per profiled launch) -> one dict per
-    launch with NCU_COLUMNS; metrics ncu did not report are None. Lines ncu's own log and the
-    program's output put before the header are skipped."""
+    """Rows of `ncu --csv --page raw` (header, units, one row per profiled launch; one such block
+    per profiled process) -> one dict per launch with NCU_COLUMNS; metrics ncu did not report are
+    None. ncu's log lines and the program's own output around the blocks are skipped."""
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        return []
-    reader = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    header, rows = reader[0], reader[1:]
-    units = {}
-    if rows and not rows[0][0].strip().isdigit():      # the units row
-        units = dict(zip(header, rows[0]))
-        rows = rows[1:]
     out = []
-    for row in rows:
-        if not row or not row[0].strip().isdigit():
-            continue
-        rec = dict(zip(header, row))
-        parsed = {"kernel_name": rec.get("Kernel Name", "")}
-        for col, (metric, conv) in NCU_METRICS.items():
-            parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
-        out.append(parsed)
+    for start in [i for i, line in enumerate(lines) if line.startswith('"ID"')]:
+        end = start + 1
+        while end < len(lines) and lines[end].startswith('"'):
+            end += 1
+        reader = list(csv.reader(io.StringIO("\n".join(lines[start:end]))))
+        header, rows = reader[0], reader[1:]
+        units = {}
+        if rows and not rows[0][0].strip().isdigit():      # the units row
+            units = dict(zip(header, rows[0]))
+            rows = rows[1:]
+        for row in rows:
+            if not row or not row[0].strip().isdigit():
+                continue
+            rec = dict(zip(header, row))
+            parsed = {"kernel_name": rec.get("Kernel Name", "")}
+            for col, (metric, conv) in NCU_METRICS.items():
+                parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
+            out.append(parsed)
     return out
 
 

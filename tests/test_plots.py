@@ -1,0 +1,214 @@
+"""Plots and the report CLI on the CPU: committed H200 records and small synthetic ones."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from mla_var3 import plots, report
+from mla_var3.runtime import records
+
+RECORDS = Path(__file__).resolve().parents[1] / "records"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GPU = "NVIDIA H200"
+
+
+def _bench(kernel: str, design: str, version: int, language: str, problem: dict, tflops: float,
+           stamp: str = "2026-12-01T10:00:00+00:00") -> dict:
+    key = f"b={problem['b']},s_q={problem['s_q']},h_q={problem['h_q']},seqlen={problem['seqlen']}" + \
+        (",varlen" if problem.get("varlen") else "")
+    intensity = 20.0 * problem["s_q"] * problem["h_q"] / 16
+    flops = int(1e9 * problem["seqlen"] / 1024)
+    t_us = flops / (tflops * 1e6)
+    gbps = tflops * 1e3 / intensity
+    return {"schema": 1, "kind": "bench", "timestamp": stamp, "kernel": kernel, "version": version, "design": design,
+            "language": language, "tiling": {}, "problem": problem, "problem_key": key,
+            "env": {"gpu": GPU, "commit": "abc"}, "time_us": {"median": t_us, "min": t_us, "max": t_us, "n": 3},
+            "tflops": tflops, "gbps": gbps, "pct_roofline": 100 * min(tflops / 771, gbps / 4270),
+            "pct_datasheet": 100 * min(tflops / 989.4, gbps / 4800), "bound": "memory", "intensity": intensity,
+            "flops": flops, "bytes": int(flops / intensity)}
+
+
+def _problem(s_q, h_q, seqlen, varlen=False):
+    return {"b": 128, "s_q": s_q, "h_q": h_q, "seqlen": seqlen, "varlen": varlen, "seqlens": None,
+            "softmax_scale": None}
+
+
+PROBLEMS = [_problem(1, 16, 1024), _problem(1, 64, 4096), _problem(2, 128, 4096), _problem(1, 16, 1024, varlen=True)]
+
+
+def synthetic() -> list[dict]:
+    """demo v1..v3 on 4 problems, two cuTile versions (only the newest is plotted), torch, and an
+    older demo_v3 record that a newer one replaces."""
+    recs = []
+    for i, p in enumerate(PROBLEMS):
+        for v in (1, 2, 3):
+            recs.append(_bench(f"demo_v{v}", "demo", v, "cute-dsl", p, 50.0 * v + i))
+        recs.append(_bench("demo_v3", "demo", 3, "cute-dsl", p, 1.0, stamp="2026-11-30T10:00:00+00:00"))  # older
+        recs.append(_bench("ct_demo_v1", "ct_demo", 1, "cutile", p, 40.0 + i))
+        recs.append(_bench("ct_demo_v2", "ct_demo", 2, "cutile", p, 60.0 + i))
+        recs.append(_bench("torch_demo_v1", "torch_demo", 1, "torch", p, 5.0 + i))
+    return recs
+
+
+@pytest.fixture(scope="module")
+def committed() -> list[dict]:
+    from mla_var3.kernel.__main__ import peer_rows
+    recs = records.load([RECORDS])
+    return recs + peer_rows(recs)
+
+
+def n_points(fig) -> int:
+    return sum(len(c.get_offsets()) for ax in fig.axes for c in ax.collections if c.get_gid() == plots.POINTS_GID)
+
+
+def progress_lines(fig) -> list:
+    return [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid() == plots.POINTS_GID]
+
+
+def check_axes(fig, log: bool) -> None:
+    main_axes = [ax for ax in fig.axes if ax.get_xlabel()]
+    assert main_axes
+    for ax in main_axes:
+        assert ax.get_xlabel()
+        if log:
+            assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert fig.axes[0].get_ylabel()
+    assert fig._suptitle is not None and GPU in fig._suptitle.get_text()
+
+
+def check_png(path: Path) -> None:
+    data = Path(path).read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 20_000
+
+
+# --- committed records (36 problems x 3 kernels + FlashMLA peers) ------------------------------
+
+def test_roofline_committed(committed, tmp_path):
+    bench = {(r["kernel"], r["problem_key"]) for r in committed if r.get("kind") in ("bench", "peer")}
+    fig = plots._roofline_figure(committed, design="flash_mla_decode")
+    try:
+        check_axes(fig, log=True)
+        assert "2026-11-29" in fig._suptitle.get_text()
+        assert n_points(fig) == len(bench) == 36 * 4
+        assert [ax.get_title() for ax in fig.axes if ax.get_xlabel()][0] == "fixed lengths"
+        legend = " ".join(t.get_text() for leg in fig.legends for t in leg.get_texts())
+        assert "771" in legend and "989" in legend and "FlashMLA" in legend
+    finally:
+        plt.close(fig)
+    check_png(plots.roofline_plot(committed, tmp_path / "roof.png", design="flash_mla_decode"))
+
+
+def test_roofline_problem_subset(committed):
+    keys = ["b=128,s_q=1,h_q=16,seqlen=1024", "b=128,s_q=2,h_q=128,seqlen=8192"]
+    fig = plots._roofline_figure(committed, design="flash_mla_decode", problems=keys)
+    try:
+        assert n_points(fig) == 2 * 4
+        assert len([ax for ax in fig.axes if ax.get_xlabel()]) == 1        # fixed lengths only: one panel
+    finally:
+        plt.close(fig)
+
+
+def test_progress_committed(committed, tmp_path):
+    fig = plots._progress_figure(committed, design="flash_mla_decode")
+    try:
+        check_axes(fig, log=False)
+        lines = progress_lines(fig)
+        assert len(lines) == 12                         # 6 (s_q, h_q) groups x (fixed, varlen)
+        assert all(len(ln.get_xdata()) == 1 for ln in lines)     # one version today
+        assert "%" in fig.axes[0].get_ylabel()
+        assert "median" in fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+    check_png(plots.progress_plot(committed, tmp_path / "prog.png", design="flash_mla_decode"))
+
+
+# --- synthetic records ------------------------------------------------------------------------
+
+def test_roofline_synthetic(tmp_path):
+    recs = synthetic()
+    fig = plots._roofline_figure(recs, design="demo")
+    try:
+        check_axes(fig, log=True)
+        # demo v1..v3, the newest cuTile version and torch, per problem; ct_demo_v1 is left out
+        assert n_points(fig) == 5 * len(PROBLEMS)
+        ys = sorted(y for ax in fig.axes for c in ax.collections if c.get_gid() == plots.POINTS_GID
+                    for _, y in c.get_offsets())
+        assert 1.0 not in ys                            # the older demo_v3 record lost to the newer one
+    finally:
+        plt.close(fig)
+    fig = plots._roofline_figure(recs)                  # no design: every kernel
+    try:
+        assert n_points(fig) == 6 * len(PROBLEMS)
+    finally:
+        plt.close(fig)
+    check_png(plots.roofline_plot(recs, tmp_path / "r.png", design="demo", title="custom"))
+
+
+def test_progress_synthetic(tmp_path):
+    recs = synthetic()
+    fig = plots._progress_figure(recs, design="demo")
+    try:
+        lines = progress_lines(fig)
+        assert len(lines) == len(PROBLEMS)              # few problems: one line per problem
+        assert all(len(ln.get_xdata()) == 3 for ln in lines)
+        ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        assert ticks[:3] == ["v1", "v2", "v3"] and any("cuTile" in t for t in ticks)
+    finally:
+        plt.close(fig)
+    fig = plots._progress_figure(recs, design="demo", metric="time")
+    try:
+        assert fig.axes[0].get_yscale() == "log" and "time" in fig.axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
+    check_png(plots.progress_plot(recs, tmp_path / "p.png", design="demo"))
+
+
+def test_progress_single_version_single_problem(tmp_path):
+    recs = [_bench("demo_v1", "demo", 1, "cute-dsl", PROBLEMS[0], 80.0)]
+    fig = plots._progress_figure(recs, design="demo")
+    try:
+        (line,) = progress_lines(fig)
+        assert len(line.get_xdata()) == 1
+    finally:
+        plt.close(fig)
+    check_png(plots.roofline_plot(recs, tmp_path / "r.png", design="demo"))
+
+
+def test_progress_errors():
+    with pytest.raises(ValueError, match="metric"):
+        plots._progress_figure(synthetic(), design="demo", metric="nope")
+    with pytest.raises(ValueError, match="no bench records"):
+        plots._progress_figure(synthetic(), design="missing")
+
+
+# --- the report CLI ---------------------------------------------------------------------------
+
+def test_report_cli_plots(tmp_path, capsys):
+    out = tmp_path / "kernels"
+    assert report.main(["--records", str(RECORDS), "--design", "flash_mla_decode", "--plots", "--peers",
+                        "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| kernel |" in text and "FlashMLA" in text
+    assert "![flash_mla_decode roofline](flash_mla_decode_roofline.png)" in text
+    assert "![flash_mla_decode progress](flash_mla_decode_progress.png)" in text
+    for name in ("flash_mla_decode_roofline.png", "flash_mla_decode_progress.png"):
+        check_png(out / name)
+
+
+def test_report_cli_infers_design(tmp_path, capsys):
+    src = tmp_path / "recs.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in synthetic()) + "\n")
+    assert report.main(["--records", str(src), "--plots", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert "demo_roofline.png" in text                  # the CuTe DSL design, not ct_ or torch_
+    check_png(tmp_path / "o" / "demo_progress.png")
+
+
+def test_report_cli_table_only(capsys):
+    assert report.main(["--records", str(RECORDS), "--kernel", "flash_mla_decode_v1"]) == 0
+    text = capsys.readouterr().out
+    assert "flash_mla_decode_v1" in text and "ct_flash_mla_decode_v1" not in text and ".png" not in text
