@@ -11,6 +11,8 @@ from mla_var3 import plots, report
 from mla_var3.runtime import records
 
 RECORDS = Path(__file__).resolve().parents[1] / "records"
+# the v1 comparison on the bench grid: 36 problems x 3 kernels (other committed files add sweeps)
+BENCH_RECORDS = RECORDS / "2026-11-29-h200-bench-compare-v1.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GPU = "NVIDIA H200"
 
@@ -56,7 +58,7 @@ def synthetic() -> list[dict]:
 @pytest.fixture(scope="module")
 def committed() -> list[dict]:
     from mla_var3.kernel.__main__ import peer_rows
-    recs = records.load([RECORDS])
+    recs = records.load([BENCH_RECORDS])
     return recs + peer_rows(recs)
 
 
