@@ -73,6 +73,14 @@ class RuntimeKernel:
         return {**self.plan.describe(), "tiling": self.tiling.key(), "runtime": type(self).__name__}
 
 
+def smem_reasons(nbytes: int, device: "DeviceSpec | None") -> list[str]:
+    """The reason a block needing `nbytes` of shared memory cannot run on `device` (or none)."""
+    if device is None or not device.smem_per_block_bytes or nbytes <= device.smem_per_block_bytes:
+        return []
+    return [f"needs {nbytes // 1024} KB of shared memory per block, {device.display_name} allows "
+            f"{device.smem_per_block_bytes // 1024} KB"]
+
+
 _VERSION_RE = re.compile(r"^(?P<design>[a-z][a-z0-9_]*)_v(?P<n>[0-9]+)$")
 
 

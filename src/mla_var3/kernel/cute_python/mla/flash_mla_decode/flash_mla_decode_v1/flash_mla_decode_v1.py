@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mla_var3.layers.mla import D_QK, PAGE_SIZE
 from mla_var3.runtime.cute_kernel import CuteKernel, ensure_dsl_arch
-from mla_var3.runtime.kernel_plan import KernelPlan, Tiling
+from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
 
 SMEM_BYTES = (64 * D_QK * 2) * 3 + 1024      # sQ + 2-stage sK ring (bf16 64x576 each) + barriers
 
@@ -24,10 +24,7 @@ class FlashMlaTiling(Tiling):
             reasons.append(f"block_n must equal the page size {PAGE_SIZE}, got {self.block_n}")
         if self.num_threads != 256:
             reasons.append(f"num_threads must be 256 (two math warpgroups), got {self.num_threads}")
-        if device is not None and device.smem_per_block_bytes and SMEM_BYTES > device.smem_per_block_bytes:
-            reasons.append(f"needs {SMEM_BYTES} B of shared memory per block, {device.display_name} has "
-                           f"{device.smem_per_block_bytes}")
-        return reasons
+        return reasons + smem_reasons(SMEM_BYTES, device)
 
 
 class FlashMlaDecodeV1(KernelPlan):

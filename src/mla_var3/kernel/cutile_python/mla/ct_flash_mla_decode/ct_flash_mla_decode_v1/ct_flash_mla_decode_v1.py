@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mla_var3.layers.mla import D_QK, PAGE_SIZE
 from mla_var3.runtime.ct_kernel import CtKernel, gpu_code_for
-from mla_var3.runtime.kernel_plan import KernelPlan, PlanError, Tiling
+from mla_var3.runtime.kernel_plan import KernelPlan, PlanError, Tiling, smem_reasons
 
 INDEX_LIMIT = 2 ** 31          # the kernel's index math is int32
 SMEM_BYTES = 223 * 1024        # what the exported sm_90 cubin reserves (cuTile sizes it, not us)
@@ -28,10 +28,7 @@ class CtFlashMlaTiling(Tiling):
             reasons.append(f"block_n must be 16, 32 or 64 (a divisor of the page), got {self.block_n}")
         if not 1 <= self.kv_latency <= 10:
             reasons.append(f"kv_latency must be 1..10, got {self.kv_latency}")
-        if device is not None and device.smem_per_block_bytes and SMEM_BYTES > device.smem_per_block_bytes:
-            reasons.append(f"needs ~{SMEM_BYTES // 1024} KB of shared memory per block, {device.display_name} "
-                           f"has {device.smem_per_block_bytes // 1024} KB")
-        return reasons
+        return reasons + smem_reasons(SMEM_BYTES, device)
 
 
 class CtFlashMlaDecodeV1(KernelPlan):
