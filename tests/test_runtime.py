@@ -211,3 +211,12 @@ def test_plans_refuse_before_compiling():
     if not torch.cuda.is_available():
         with pytest.raises(devices.DeviceError, match="no CUDA GPU"):
             flash.build(x)
+
+
+def test_check_records_name_their_grid():
+    plan = registry.get_plan("torch_mla_decode_v1")
+    rec = records.make_record("check", plan, None, None, grid="check", passed=True, seeds=[0], errors={})
+    records.validate_record(rec)
+    assert rec["problem_key"] == "grid=check" and rec["problem"] == {"grid": "check"}
+    with pytest.raises(records.RecordError, match="problem or the grid"):
+        records.make_record("check", plan, None, None, passed=True, seeds=[0], errors={})

@@ -189,11 +189,11 @@ def cmd_check(names, problems, args) -> int:
                                    on_result=report)
         ok = n_fail == 0
         all_ok &= ok
-        rec = records.make_record("check", plan, None, problems[0] if len(problems) == 1 else
-                                  mla.MlaDecodeProblem(), passed=ok, seeds=list(seeds), device=device,
-                                  errors={"failed": n_fail, "total": len(results)},
-                                  problems=[p.key() for p in problems], grid=args.grid or ("check" if len(problems) > 1 else None),
-                                  cases=[r.__dict__ for r in results])
+        single = len(problems) == 1 and not args.grid
+        rec = records.make_record("check", plan, None, problems[0] if single else None,
+                                  grid=None if single else (args.grid or "check"), passed=ok, seeds=list(seeds),
+                                  device=device, errors={"failed": n_fail, "total": len(results)},
+                                  problems=[p.key() for p in problems], cases=[r.__dict__ for r in results])
         records.append(rec, args.records)
         out.append(rec)
         print(f"{name}: {'PASSED' if ok else 'FAILED'} {len(results) - n_fail}/{len(results)} cases "

@@ -87,12 +87,17 @@ def environment() -> dict:
     return env
 
 
-def make_record(kind: str, plan, tiling, problem, **fields) -> dict:
+def make_record(kind: str, plan, tiling, problem, *, grid: str | None = None, **fields) -> dict:
+    """One record. `problem` is the problem run, or None for a whole named `grid` (a check run)."""
+    if problem is None and grid is None:
+        raise RecordError("record: give a problem or the grid it covers")
     rec = {"schema": SCHEMA_VERSION, "kind": kind,
            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "kernel": plan.name, "version": plan.version, "design": plan.design, "language": plan.language,
            "tiling": tiling.to_dict() if tiling is not None else {}, "tiling_key": tiling.key() if tiling else "",
-           "problem": problem.to_dict(), "problem_key": problem.key(), "env": environment()}
+           "problem": problem.to_dict() if problem is not None else {"grid": grid},
+           "problem_key": problem.key() if problem is not None else f"grid={grid}",
+           "grid": grid, "env": environment()}
     rec.update(fields)
     return rec
 
