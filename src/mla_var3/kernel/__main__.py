@@ -212,11 +212,10 @@ def cmd_bench(names, problems, args) -> int:
         for name in names:
             plan = registry.get_plan(name)
             devices.require_arch(plan.name, plan.arch, device)
-            tiling = None
             if args.autotune:
                 tiling = autotune.autotune(plan, problem, rep_ms=min(args.rep_ms, 50)).best
             else:
-                tiling = autotune.lookup(plan, problem, device.name)
+                tiling = autotune.lookup(plan, problem, device.name)     # None: the default
             fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=args.seed, rep_ms=args.rep_ms)
             tiling_obj = fields.pop("tiling_obj")
             rec = records.make_record("bench", plan, tiling_obj, problem, **fields)
@@ -235,17 +234,17 @@ def cmd_bench(names, problems, args) -> int:
 def cmd_devlog(names, args) -> int:
     from mla_var3 import report
     from mla_var3.runtime import records, registry
-    recs_all = records.load(args.records) if Path(args.records).exists() else []
-    for name in names[:1]:
-        entry = registry.resolve(name)
-        recs = [r for r in recs_all if r["kernel"] in names]
-        if not any(r["kernel"] == entry.name and r["kind"] == "bench" for r in recs):
-            raise CliError(f"--devlog: no bench records of {entry.name} in {args.records}")
-        recs = recs + peer_rows(recs)
-        body = report.run_context(report.latest_records(recs)) + "\n\n" + report.markdown_table(report.bench_rows(recs, baseline=entry.name, order=names))
-        path = REPO_ROOT / "docs" / "kernels" / f"{entry.design}.md"
-        changed = records.update_devlog(path, entry.name, body)
-        print(f"devlog: {path} {'updated' if changed else 'unchanged'}")
+    recs = records.load(args.records) if Path(args.records).exists() else []
+    entry = registry.resolve(names[0])          # the version whose section gets the table
+    recs = [r for r in recs if r["kernel"] in names]
+    if not any(r["kernel"] == entry.name and r["kind"] == "bench" for r in recs):
+        raise CliError(f"--devlog: no bench records of {entry.name} in {args.records}")
+    recs = recs + peer_rows(recs)
+    body = (report.run_context(report.latest_records(recs)) + "\n\n"
+            + report.markdown_table(report.bench_rows(recs, baseline=entry.name, order=names)))
+    path = REPO_ROOT / "docs" / "kernels" / f"{entry.design}.md"
+    changed = records.update_devlog(path, entry.name, body)
+    print(f"devlog: {path} {'updated' if changed else 'unchanged'}")
     return 0
 
 
@@ -290,7 +289,7 @@ def run(argv) -> int:
     if args.prof_type == "annotation":
         profiling.enable_annotation()
         print("annotation: NVTX ranges <kernel>:<config>:<phase>; to record them:\n  "
-              + profiling.nsys_command([a for a in argv]))
+              + profiling.nsys_command(list(argv)))
     if args.compile_only:
         return cmd_compile_only(names, problems, args.arch)
     if args.check:
