@@ -41,9 +41,9 @@ def _elementwise(x: torch.Tensor, y: torch.Tensor, abs_tol: float, rel_tol: floa
         return True, 0.0, 0.0
     abs_err = (x - y).abs()
     rel_err = abs_err / y.abs().clamp_min(1e-30)
-    ok = bool(((abs_err < abs_tol) | (rel_err < rel_tol)).all())
     bad = ~((abs_err < abs_tol) | (rel_err < rel_tol))
-    worst_rel = float(rel_err[bad].max()) if bad.any() else float(torch.where(abs_err < abs_tol, 0, rel_err).max())
+    ok = not bool(bad.any())
+    worst_rel = float(torch.where(abs_err < abs_tol, 0, rel_err).max()) if ok else float(rel_err[bad].max())
     return ok, float(abs_err.max()), worst_rel
 
 
