@@ -1,32 +1,43 @@
 """The CLI: parsing, aliases, one-line errors, list, check on the CPU, devlog from records."""
 import json
+import re
 
 import pytest
 import torch
 
-from mla_var3.kernel.__main__ import CliError, build_parser, main, problems_from_args
+from mla_var3.cli.kernel import main, parse
+from mla_var3.layers.mla.decode import MlaDecodeProblem
 
 
-def parse(*argv):
-    return build_parser().parse_args(list(argv))
+def problems(*argv):
+    args, kind = parse(list(argv))
+    return kind.from_cli(args)
+
+
+def test_the_kernel_names_its_problem_kind_and_flags():
+    args, kind = parse(["torch_mla_decode", "--b=4"])
+    assert kind is MlaDecodeProblem and args.b == 4
+    args, kind = parse(["--b", "4", "torch_mla_decode"])     # value before the name still parses
+    assert args.name == "torch_mla_decode" and args.b == 4
+    assert parse(["list"])[1] is None
 
 
 def test_aliases_match_long_forms():
-    a = parse("x", "--b=4", "--s=2", "--h=16", "--t=300", "--varlen", "--seed=3")
-    b = parse("x", "--b=4", "--s_q=2", "--h_q=16", "--seqlen=300", "--varlen", "--seed=3")
-    assert vars(a) == vars(b)
-    (p,) = problems_from_args(a)
+    a = vars(parse(["torch_mla_decode", "--b=4", "--s=2", "--h=16", "--t=300", "--varlen", "--seed=3"])[0])
+    b = vars(parse(["torch_mla_decode", "--b=4", "--s_q=2", "--h_q=16", "--seqlen=300", "--varlen", "--seed=3"])[0])
+    assert a == b
+    (p,) = problems("torch_mla_decode", "--b=4", "--s=2", "--h=16", "--t=300", "--varlen")
     assert (p.b, p.s_q, p.h_q, p.seqlen, p.varlen) == (4, 2, 16, 300, True)
 
 
 def test_seqlens_set_the_batch():
-    (p,) = problems_from_args(parse("x", "--seqlens=63,64,65"))
+    (p,) = problems("torch_mla_decode", "--seqlens=63,64,65")
     assert p.b == 3 and p.seqlens == (63, 64, 65)
-    assert problems_from_args(parse("x")) is None
+    assert problems("torch_mla_decode") is None
 
 
 def test_prof_type_is_accepted():
-    assert parse("x", "--prof_type=ncu").prof_type == "ncu"
+    assert parse(["torch_mla_decode", "--prof_type=ncu"])[0].prof_type == "ncu"
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -36,15 +47,17 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--b=2", "--seqlens=1,2,3"], "--b=2 but --seqlens gives 3"),
     (["torch_mla_decode", "--seqlens=1,x"], "--seqlens: expected comma-separated ints"),
     (["torch_mla_decode", "--grid=bench", "--b=2"], "--grid"),
+    (["torch_mla_decode", "--grid=nope"], "--grid: invalid choice"),
     (["torch_mla_decode", "--b=two"], "invalid int value"),
     (["torch_mla_decode", "--compile-only", "--arch=sm_91"], "--arch: expected one of"),
     (["torch_mla_decode", "--compare=nope"], "unknown kernel 'nope'"),
+    (["torch_mla_decode", "--compare=,"], "--compare: expected kernel names"),
+    (["torch_mla_decode", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bad_cli_input_is_one_line(argv, match, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1
-    import re
     assert re.search(match, err), err
 
 
@@ -54,10 +67,10 @@ def test_benchmark_without_gpu_says_so(capsys):
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
-def test_list_shows_versions(capsys):
+def test_list_shows_versions_and_problem_kinds(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "torch_mla_decode_v1" in out and "torch" in out
+    assert re.search(r"torch_mla_decode_v1\s+torch\s+mla_decode", out)
 
 
 def test_check_on_cpu_writes_records(tmp_path, capsys):
@@ -65,9 +78,11 @@ def test_check_on_cpu_writes_records(tmp_path, capsys):
     rc = main(["torch_mla_decode", "--check", "--seqlens=1,65", "--s_q=2", "--h_q=4", "--device=cpu",
                f"--records={tmp_path}", f"--json={js}"])
     assert rc == 0
-    assert "PASSED" in capsys.readouterr().out
+    assert "PASSED 3/3 cases on 1 problems" in capsys.readouterr().out
     recs = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert recs[-1]["kind"] == "check" and recs[-1]["passed"] is True
+    assert recs[-1]["problem_kind"] == "mla_decode"
+    assert {c["dist"] for c in recs[-1]["cases"]} == {"default", "peaked"}
     assert json.loads(js.read_text())[0]["kernel"] == "torch_mla_decode_v1"
 
 
@@ -76,16 +91,26 @@ def test_compile_only_torch_has_nothing_to_compile(capsys):
     assert "nothing to compile" in capsys.readouterr().out
 
 
-def test_devlog_from_records(tmp_path, monkeypatch, capsys):
-    from mla_var3.kernel import __main__ as cli
+def test_devlog_from_records_into_docs_dir(tmp_path, monkeypatch, capsys):
     from test_runtime import _record
-    from mla_var3.runtime import records
-    records.append(_record(), tmp_path)
-    monkeypatch.setattr(cli, "REPO_ROOT", tmp_path)
-    from mla_var3.runtime import devices
+
+    from mla_var3.runtime import devices, records
+    records.append(_record(), tmp_path / "runs")
     monkeypatch.setattr(devices, "cuda_available", lambda: False)     # devlog from records, no run
-    rc = main(["torch_mla_decode", "--devlog", f"--records={tmp_path}"])
+    rc = main(["torch_mla_decode", "--devlog", f"--records={tmp_path / 'runs'}", f"--docs-dir={tmp_path / 'docs'}"])
     assert rc == 0, capsys.readouterr().err
     text = (tmp_path / "docs" / "kernels" / "torch_mla_decode.md").read_text()
     assert "## torch_mla_decode_v1" in text and "| torch_mla_decode_v1 |" in text and "10.0" in text
     assert "not re-run" not in text, "b=2 matches no FlashMLA config"
+
+
+def test_devlog_outside_a_checkout_needs_docs_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)                # not a git checkout: nowhere to write
+    assert main(["torch_mla_decode", "--devlog", f"--records={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "give --docs-dir" in err and len(err.strip().splitlines()) == 1
+
+
+def test_main_job_shim_and_version_modules_reach_the_same_cli():
+    from mla_var3.kernel import __main__ as shim
+    assert shim.main is main

@@ -57,7 +57,7 @@ def synthetic() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def committed() -> list[dict]:
-    from mla_var3.kernel.__main__ import peer_rows
+    from mla_var3.report import peer_rows
     recs = records.load([BENCH_RECORDS])
     return recs + peer_rows(recs)
 

@@ -49,10 +49,10 @@ def test_annotate_pops_on_error_and_is_off_by_default(recorder):
 
 
 def test_check_runs_inside_check_ranges(recorder):
-    from mla_var3.layers import mla
+    from mla_var3.layers.mla import decode as mla
     from mla_var3.runtime import check, registry
     plan = registry.get_plan("torch_mla_decode_v1")
-    check.check_plan(plan, [mla.grid("smoke")[0]], seeds=(0,), peaked_seeds=(), device="cpu")
+    check.check_plan(plan, [mla.grid("smoke")[0]], seeds=(0,), extra_seeds=(), device="cpu")
     names = [e[1] for e in recorder if e[0] == "push"]
     assert names == ["torch_mla_decode_v1:batch_chunk_2:compile", "torch_mla_decode_v1:batch_chunk_2:check"]
     assert sum(e[0] == "pop" for e in recorder) == 2

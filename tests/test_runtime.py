@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from mla_var3.layers import mla
+from mla_var3.layers.mla import decode as mla
 from mla_var3.runtime import bench, check, devices, records, registry, roofline
 from mla_var3.runtime.kernel_plan import PlanError, split_version
 
@@ -111,18 +111,18 @@ def test_devlog_update_keeps_prose(tmp_path):
 def test_check_catches_wrong_unwritten_and_stale_outputs():
     x = mla.make_inputs(mla.MlaDecodeProblem(b=2, s_q=2, h_q=4, seqlens=(1, 70)), seed=0)
     ref_out, ref_lse = mla.reference(x)
-    assert check.compare(ref_out.to(torch.bfloat16), ref_lse, ref_out, ref_lse).passed
+    assert mla.compare(ref_out.to(torch.bfloat16), ref_lse, ref_out, ref_lse).passed
     holes = ref_out.to(torch.bfloat16).clone()
     holes[1, 1, 2, 7] = float("nan")                      # an element nobody wrote
-    assert "NaN positions" in check.compare(holes, ref_lse, ref_out, ref_lse).reason
+    assert "NaN positions" in mla.compare(holes, ref_lse, ref_out, ref_lse).reason
     off = ref_out.to(torch.bfloat16) * 1.05
-    assert not check.compare(off, ref_lse, ref_out, ref_lse).passed
+    assert not mla.compare(off, ref_lse, ref_out, ref_lse).passed
     lse_off = ref_lse + 1e-3
-    assert "lse" in check.compare(ref_out.to(torch.bfloat16), lse_off, ref_out, ref_lse).reason
+    assert "lse" in mla.compare(ref_out.to(torch.bfloat16), lse_off, ref_out, ref_lse).reason
     zeros = torch.zeros_like(ref_out, dtype=torch.bfloat16)
-    assert not check.compare(zeros, ref_lse, ref_out, ref_lse).passed
+    assert not mla.compare(zeros, ref_lse, ref_out, ref_lse).passed
     peaked_bad = ref_out.to(torch.bfloat16) + 0.01 * ref_out.abs().max()
-    assert not check.compare(peaked_bad, ref_lse, ref_out, ref_lse, peaked=True).passed
+    assert not mla.compare(peaked_bad, ref_lse, ref_out, ref_lse, peaked=True).passed
 
 
 def test_registry_finds_versions_and_resolves_designs():
@@ -158,7 +158,7 @@ def test_torch_baseline_passes_on_cpu():
 
 
 def test_peer_rows_match_flashmla_configs():
-    from mla_var3.runtime import peers
+    from mla_var3.layers.mla import peers
     h200 = devices.load_devices()["H200"]
     from dataclasses import replace
     h200 = replace(h200, name="NVIDIA H200")
@@ -167,7 +167,7 @@ def test_peer_rows_match_flashmla_configs():
     assert peers.match(mla.MlaDecodeProblem(b=64, s_q=1, h_q=64, seqlen=4096), "NVIDIA H200") is None
     assert peers.match(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), "NVIDIA A100") is None
     assert peers.match(mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192, varlen=True), "NVIDIA H200")["mean_seqlen"] == "8234"
-    rec = peers.peer_record(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), h200)
+    (rec,) = mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096).peer_records(h200)
     assert rec["kind"] == "peer" and rec["kernel"] == peers.PEER_LABEL
     assert abs(rec["tflops"] - 443) < 2 and abs(rec["gbps"] - 3775) < 10     # the CSV's own e2e numbers
     assert len(peers.load("flashmla_h200.csv")) == 36

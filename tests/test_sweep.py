@@ -13,12 +13,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mla_var3 import report, sweep
-from mla_var3.layers import mla
+from mla_var3.layers.mla import decode as mla
 from mla_var3.runtime import records, registry
 
-CONF = sweep.CONF_DIR
+CONF = sweep.conf_dir()
 SETS = sorted(p.stem for p in (CONF / "problems").glob("*.yaml"))
-REPO = CONF.parent
+REPO = Path(__file__).resolve().parents[1]
 # SlurmQueueConf's fields in hydra-submitit-launcher 1.2 (checked against the plugin when installed)
 SLURM_FIELDS = {"submitit_folder", "timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb",
                 "nodes", "name", "stderr_to_stdout", "_target_", "partition", "qos", "comment", "constraint",
@@ -50,7 +50,7 @@ def test_problem_sets_are_there():
 @pytest.mark.parametrize("name", SETS)
 def test_every_problem_set_composes_and_validates(name):
     cfg = cfg_of(f"problems={name}")
-    probs = sweep.load_problems(cfg.problems)
+    probs = sweep.load_problems(cfg.problems, mla.MlaDecodeProblem)
     assert probs and all(isinstance(p, mla.MlaDecodeProblem) for p in probs)
     assert len({p.key() for p in probs}) == len(probs)
     assert cfg.problems.source        # every set says where its shapes come from
@@ -62,12 +62,12 @@ def test_every_problem_set_composes_and_validates(name):
 def test_named_grids_come_from_the_layer_not_a_copy(name):
     cfg = cfg_of(f"problems={name}")
     assert cfg.problems.grid == name and "list" not in cfg.problems and "product" not in cfg.problems
-    assert [p.key() for p in sweep.load_problems(cfg.problems)] == [p.key() for p in mla.grid(name)]
+    assert [p.key() for p in sweep.load_problems(cfg.problems, mla.MlaDecodeProblem)] == [p.key() for p in mla.grid(name)]
 
 
 @pytest.mark.parametrize("name, h_q", [("deepseek_v3_tp1", 128), ("deepseek_v3_tp8", 16)])
 def test_deepseek_sets(name, h_q):
-    probs = sweep.load_problems(cfg_of(f"problems={name}").problems)
+    probs = sweep.load_problems(cfg_of(f"problems={name}").problems, mla.MlaDecodeProblem)
     assert {p.h_q for p in probs} == {h_q}
     assert {p.b for p in probs} == {1, 8, 32, 64, 128} and {p.s_q for p in probs} == {1, 2}
     assert {p.seqlen for p in probs} == {4096, 8192, 16384, 32768} and len(probs) == 40
@@ -76,7 +76,7 @@ def test_deepseek_sets(name, h_q):
 
 
 def test_small_set_is_a_dozen_quick_problems():
-    probs = sweep.load_problems(cfg_of("problems=small").problems)
+    probs = sweep.load_problems(cfg_of("problems=small").problems, mla.MlaDecodeProblem)
     assert len(probs) == 12 and max(p.b * p.seqlen for p in probs) <= 64 * 4096
     assert any(p.seqlens for p in probs) and any(p.varlen for p in probs) and {p.s_q for p in probs} == {1, 2}
 
@@ -90,12 +90,13 @@ def test_small_set_is_a_dozen_quick_problems():
 ])
 def test_bad_problem_sets_say_where(pset, match):
     with pytest.raises((sweep.SweepError, mla.ProblemError), match=match):
-        sweep.load_problems(pset)
+        sweep.load_problems(pset, mla.MlaDecodeProblem)
 
 
 def test_product_and_list_combine_without_duplicates():
     probs = sweep.load_problems({"product": {"b": [1, 2], "h_q": 16, "seqlen": 64},
-                                 "list": [{"b": 1, "h_q": 16, "seqlen": 64}, {"b": 3, "seqlens": [1, 2, 3]}]})
+                                 "list": [{"b": 1, "h_q": 16, "seqlen": 64}, {"b": 3, "seqlens": [1, 2, 3]}]},
+                                mla.MlaDecodeProblem)
     assert [p.key() for p in probs] == ["b=1,s_q=1,h_q=16,seqlen=64", "b=2,s_q=1,h_q=16,seqlen=64",
                                         "b=3,s_q=1,h_q=64,seqlens=1,2,3"]
 
@@ -241,8 +242,8 @@ def test_slurm_launcher_config():
     assert launcher.timeout_min >= 30 and launcher.array_parallelism >= 1 and "partition" in launcher
     assert top.num_shards == 4 and top.merge is False and top.shard == 0
     assert OmegaConf.to_container(raw.hydra.sweeper.params)["shard"] == "range(0,${num_shards})"
-    assert (REPO / "conf" / "hydra" / "launcher" / "README.md").is_file()
-    assert not list((REPO / "conf" / "hydra" / "launcher").glob("*.yaml"))   # never shadow the plugin
+    assert (CONF / "hydra" / "launcher" / "README.md").is_file()
+    assert not list((CONF / "hydra" / "launcher").glob("*.yaml"))   # never shadow the plugin
 
 
 def test_slurm_launcher_instantiates():

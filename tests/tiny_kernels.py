@@ -65,3 +65,63 @@ def ct_add_parts(tile: int = 256):
         return [KernelSignature([arr, arr, arr, tile], CallingConvention.cutile_python_v1())]
 
     return vec_add, grid, kernel_args, signatures
+
+
+def cute_column_sum_stages(splits: int = 4):
+    """Two CuTe DSL stages that sum the rows of x [m, n] float32 the way split-KV decode works:
+    "split" writes one partial column sum per row range into a workspace [splits, n], "combine"
+    adds the partials into y [n]. Returns {stage: (build, fake_args, launch_args)}."""
+    class SplitColumnSum:
+        @cute.kernel
+        def split_column_sum_kernel(self, x: cute.Tensor, partial: cute.Tensor):
+            bidx, split, _ = cute.arch.block_idx()
+            tidx, _, _ = cute.arch.thread_idx()
+            j = bidx * THREADS + tidx
+            m = x.shape[0]
+            per = (m + splits - 1) // splits
+            lo = split * per
+            hi = cutlass.min(m, lo + per)
+            if j < x.shape[1]:
+                acc = cutlass.Float32(0.0)
+                for i in cutlass.range(lo, hi, 1, unroll=1):
+                    acc += x[i, j]
+                partial[split, j] = acc
+
+        @cute.jit
+        def __call__(self, x: cute.Tensor, partial: cute.Tensor, stream):
+            self.split_column_sum_kernel(x, partial).launch(
+                grid=(cute.ceil_div(x.shape[1], THREADS), splits, 1), block=(THREADS, 1, 1), stream=stream)
+
+    class CombineColumnSum:
+        @cute.kernel
+        def combine_column_sum_kernel(self, partial: cute.Tensor, y: cute.Tensor):
+            bidx, _, _ = cute.arch.block_idx()
+            tidx, _, _ = cute.arch.thread_idx()
+            j = bidx * THREADS + tidx
+            if j < y.shape[0]:
+                acc = cutlass.Float32(0.0)
+                for s in cutlass.range_constexpr(splits):
+                    acc += partial[s, j]
+                y[j] = acc
+
+        @cute.jit
+        def __call__(self, partial: cute.Tensor, y: cute.Tensor, stream):
+            self.combine_column_sum_kernel(partial, y).launch(
+                grid=(cute.ceil_div(y.shape[0], THREADS), 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    def fake_split(obj):
+        m, n = cute.sym_int(symbol="m"), cute.sym_int(symbol="n")
+        x = make_fake_compact_tensor(cutlass.Float32, (m, n), stride_order=(1, 0), assumed_align=4)
+        partial = make_fake_compact_tensor(cutlass.Float32, (splits, n), stride_order=(1, 0), assumed_align=4)
+        return x, partial, make_fake_stream(use_tvm_ffi_env_stream=True)
+
+    def fake_combine(obj):
+        n = cute.sym_int(symbol="n")
+        partial = make_fake_compact_tensor(cutlass.Float32, (splits, n), stride_order=(1, 0), assumed_align=4)
+        y = make_fake_compact_tensor(cutlass.Float32, (n,), assumed_align=4)
+        return partial, y, make_fake_stream(use_tvm_ffi_env_stream=True)
+
+    return {
+        "split": (SplitColumnSum, fake_split, lambda inputs, outputs, ws: (inputs.x, ws["partial"])),
+        "combine": (CombineColumnSum, fake_combine, lambda inputs, outputs, ws: (ws["partial"], outputs[0])),
+    }

@@ -15,8 +15,8 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 
 def main() -> int:
-    from mla_var3.kernel.__main__ import main as cli
-    from mla_var3.layers import mla
+    from mla_var3.cli.kernel import main as cli
+    from mla_var3.layers.mla import decode as mla
     from mla_var3.runtime import devices, registry
 
     rc = 0
@@ -30,8 +30,9 @@ def main() -> int:
         print("no CuTe DSL or cuTile kernels yet")
     print("\n== float32 reference and the PyTorch baseline on the CPU")
     t0 = time.perf_counter()
-    inputs = mla.make_inputs(mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130)), seed=0)
-    out, lse = mla.reference(inputs)
+    problem = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))
+    inputs = problem.make_inputs(seed=0)
+    out, lse = problem.reference(inputs)
     print(f"reference b=2 s_q=2 h_q=16 seqlens=65,130: out {list(out.shape)} |out|max={float(out.abs().max()):.4f}, "
           f"lse {list(lse.shape)} in {time.perf_counter() - t0:.2f}s")
     rc |= cli(["torch_mla_decode", "--check", "--grid=smoke", "--device=cpu"])

@@ -48,7 +48,7 @@ METRICS = {
 # records -> points
 
 def _latest(recs: list[dict]) -> list[dict]:
-    from mla_var3.report import latest_records
+    from mla_var3.runtime.records import latest_records
     return latest_records(recs)
 
 

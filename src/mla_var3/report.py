@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mla_var3.errors import UsageError, guarded
+from mla_var3.runtime.records import latest_records
+
 BENCH_COLUMNS = ("kernel", "problem", "time (us)", "TFLOP/s", "GB/s", "% roofline", "% datasheet", "bound", "vs first")
 
 
@@ -37,14 +40,6 @@ def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] |
     return rows
 
 
-def latest_records(recs: list[dict]) -> list[dict]:
-    """The newest bench (or peer) record of each (problem, kernel): what a table shows."""
-    latest = {}
-    for r in sorted((r for r in recs if r.get("kind") in ("bench", "peer")), key=lambda r: r.get("timestamp", "")):
-        latest[(r["problem_key"], r["kernel"])] = r
-    return list(latest.values())
-
-
 def markdown_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
     if not rows:
         return "(no records)"
@@ -62,6 +57,38 @@ def text_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
                      + [fmt([r.get(c, "") for c in columns]) for r in rows])
 
 
+def peer_rows(recs: list[dict]) -> list[dict]:
+    """Peer reference rows (kind "peer") for the problems of bench records, on the GPU the
+    records name; the problem kind of each record says where its peers come from."""
+    from dataclasses import replace
+
+    from mla_var3.layers import problem_kind
+    from mla_var3.runtime import devices
+    out, seen = [], set()
+    for r in recs:
+        gpu = (r.get("env") or {}).get("gpu")
+        if r.get("kind") != "bench" or not gpu or r["problem_key"] in seen:
+            continue
+        seen.add(r["problem_key"])
+        spec = devices.spec_for_name(gpu)
+        if spec is None:
+            continue
+        problem = problem_kind(r.get("problem_kind", "mla_decode")).from_dict(r["problem"])
+        out += problem.peer_records(replace(spec, name=gpu))
+    return out
+
+
+def ceilings_text(gpu: str | None) -> str:
+    """'bf16 771 TFLOP/s, 4.27 TB/s' from devices.json (measured where we measured)."""
+    from mla_var3.runtime import devices
+    spec = devices.spec_for_name(gpu or "")
+    if spec is None:
+        return "no known ceilings for this GPU"
+    tflops, gbps = spec.ceilings(measured=True)
+    which = "measured" if spec.measured else "datasheet"
+    return f"{which} ceilings: bf16 {tflops:g} TFLOP/s, {gbps / 1000:g} TB/s"
+
+
 def run_context(recs: list[dict]) -> str:
     """One line: where and when the records were measured."""
     peer = any(r.get("kind") == "peer" for r in recs)
@@ -75,7 +102,7 @@ def run_context(recs: list[dict]) -> str:
     return (f"Measured on {env.get('gpu')} (driver {env.get('driver')}), {', '.join(dates)}, commit {commits}; "
             f"torch {pk.get('torch')}, triton {pk.get('triton')}, nvidia-cutlass-dsl {pk.get('nvidia-cutlass-dsl')}, "
             f"cuda-tile {pk.get('cuda-tile')}. Median of CUDA-graph replays, inputs rotated past 3x L2; "
-            f"% roofline against the measured ceilings (bf16 771 TFLOP/s, 4.27 TB/s)."
+            f"% roofline against the {ceilings_text(env.get('gpu'))}."
             + (" FlashMLA rows: its end-to-end times measured on this H200 on 2026-11-29 (conf/peers), not re-run; "
                "its varlen rows use its own drawn lengths (our seed-0 draws have a 2.5% larger mean: compare TFLOP/s there, not time)." if peer else ""))
 
@@ -91,6 +118,10 @@ def _plot_design(recs: list[dict], design: str | None) -> str | None:
 
 
 def main(argv=None) -> int:
+    return guarded(_main, argv)
+
+
+def _main(argv=None) -> int:
     from pathlib import Path
 
     from mla_var3.runtime import records
@@ -110,7 +141,6 @@ def main(argv=None) -> int:
     if args.kernel:
         recs = [r for r in recs if r["kernel"] in args.kernel]
     if args.peers:
-        from mla_var3.kernel.__main__ import peer_rows
         recs = recs + peer_rows(recs)
     print(run_context(recs))
     print(markdown_table(bench_rows(recs)))
@@ -118,8 +148,7 @@ def main(argv=None) -> int:
         from mla_var3 import plots
         design = _plot_design(recs, args.design)
         if design is None:
-            print("--plots: no bench records to plot", file=sys.stderr)
-            return 1
+            raise UsageError("--plots: no bench records to plot")
         out = Path(args.out)
         roof = plots.roofline_plot(recs, out / f"{design}_roofline.png", design=design)
         prog = plots.progress_plot(recs, out / f"{design}_progress.png", design=design, metric=args.metric)

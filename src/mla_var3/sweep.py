@@ -5,8 +5,8 @@
     python -m mla_var3.sweep -m launcher=slurm problems=deepseek_v3_tp1 records=/shared/runs/tp1
     python -m mla_var3.sweep merge records=runs/sweep             -> runs/sweep/records.jsonl
 
-Hydra composes `conf/sweep.yaml` (the repository's top-level conf/; `--config-dir DIR` adds
-yours). Jobs = problems x kernels; a run takes its shard's problems and deals them to its
+Hydra composes `sweep.yaml` from the package's conf/sweep/ (shipped with the package, so it
+works installed; `--config-dir DIR` adds yours). Jobs = problems x kernels; a run takes its shard's problems and deals them to its
 workers (all kernels of a problem on one GPU: `_deal`), worker i pinned to the i-th visible
 GPU through CUDA_VISIBLE_DEVICES, appending to `<records>/workers/shard-<s>-worker-<i>.jsonl`.
 A failed job goes to `<records>/failures/` and the run goes on. `merge` concatenates the
@@ -14,6 +14,7 @@ workers' files into `<records>/records.jsonl`, read by `python -m mla_var3.repor
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -28,13 +29,20 @@ try:
 except ImportError:                 # the GPU machine's devkit has no tqdm: plain lines instead
     tqdm = None
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from mla_var3.errors import UsageError, guarded
+
 WORKERS_DIR, FAILURES_DIR = "workers", "failures"
-PROBLEM_SET_KEYS = {"grid", "product", "list", "source"}
+PROBLEM_SET_KEYS = {"grid", "product", "list", "source", "kind"}
 
 
-class SweepError(ValueError):
+class SweepError(UsageError):
     """A bad sweep setting, or no GPU; printed as one line."""
+
+
+def conf_dir() -> Path:
+    """The hydra configs shipped inside the package (mla_var3/conf/sweep/)."""
+    from importlib import resources
+    return Path(str(resources.files("mla_var3.conf").joinpath("sweep")))
 
 
 def _plain(x):
@@ -42,24 +50,28 @@ def _plain(x):
     return OmegaConf.to_container(x, resolve=True) if isinstance(x, (DictConfig, ListConfig)) else x
 
 
-def load_problems(pset) -> list:
-    """A problem set (conf/problems/*.yaml) -> problems: a named grid of layers/mla.py, the
-    product of per-field lists, and/or an explicit list, concatenated, duplicates dropped."""
-    from mla_var3.layers import mla
+def load_problems(pset, kind) -> list:
+    """A problem set (conf/sweep/problems/*.yaml) -> problems of `kind`: a named grid of the kind,
+    the product of per-field lists, and/or an explicit list, concatenated, duplicates dropped.
+    A set may name its kind (`kind: mla_decode`); it must match the kernels'."""
+    from mla_var3.errors import ProblemError
     pset = _plain(pset) or {}
     unknown = set(pset) - PROBLEM_SET_KEYS
     if unknown:
         raise SweepError(f"problems: unknown keys {sorted(unknown)}; expected {sorted(PROBLEM_SET_KEYS)}")
-    out = list(mla.grid(pset["grid"])) if pset.get("grid") else []
+    if pset.get("kind") not in (None, kind.kind):
+        raise SweepError(f"problems: the set is of kind {pset['kind']!r}, the kernels solve {kind.kind!r}")
+    out = list(kind.grid(pset["grid"])) if pset.get("grid") else []
     product = pset.get("product") or {}
     fields = {k: v if isinstance(v, list) else [v] for k, v in product.items()}
     specs = [dict(zip(fields, combo)) for combo in itertools.product(*fields.values())] if fields else []
+    names = ", ".join(f.name for f in dataclasses.fields(kind))
     for where, spec in [("product", s) for s in specs] + [(f"list[{i}]", s) for i, s in enumerate(pset.get("list") or [])]:
         try:
-            out.append(mla.MlaDecodeProblem(**spec))
+            out.append(kind(**spec))
         except TypeError as e:
-            raise SweepError(f"problems.{where}: {e} (fields: b, s_q, h_q, seqlen, varlen, seqlens, softmax_scale)") from None
-        except mla.ProblemError as e:
+            raise SweepError(f"problems.{where}: {e} (fields: {names})") from None
+        except ProblemError as e:
             raise SweepError(f"problems.{where} {spec}: {e}") from None
     unique = list({p.key(): p for p in out}.values())
     if not unique:
@@ -78,10 +90,22 @@ def kernel_names(kernels) -> list[str]:
     return list(dict.fromkeys(registry.resolve(n).name for n in names))
 
 
+def kernels_kind(names: list[str]) -> type:
+    """The one problem kind every kernel of the sweep solves."""
+    from mla_var3.runtime import registry
+    kinds = {n: registry.get_plan(n).problem_kind for n in names}
+    if len(set(kinds.values())) > 1:
+        raise SweepError("kernels: a sweep compares kernels of one problem kind, got "
+                         + ", ".join(f"{n} ({k.kind})" for n, k in kinds.items()))
+    return next(iter(kinds.values()))
+
+
 def expand_jobs(cfg) -> list[dict]:
-    """problems x kernels -> jobs {index, kernel, problem (dict), problem_key}, problem-major."""
-    problems, kernels = load_problems(cfg["problems"]), kernel_names(cfg["kernels"])
-    return [{"index": i, "kernel": k, "problem": p.to_dict(), "problem_key": p.key()}
+    """problems x kernels -> jobs {index, kernel, kind, problem (dict), problem_key}, problem-major."""
+    kernels = kernel_names(cfg["kernels"])
+    kind = kernels_kind(kernels)
+    problems = load_problems(cfg["problems"], kind)
+    return [{"index": i, "kernel": k, "kind": kind.kind, "problem": p.to_dict(), "problem_key": p.key()}
             for i, (p, k) in enumerate(itertools.product(problems, kernels))]
 
 
@@ -146,25 +170,19 @@ def run_jobs(spec: dict, progress: bool = True) -> int:
     returns how many failed. A failed job is recorded and the next one runs."""
     import torch
 
-    from mla_var3.layers.mla import MlaDecodeProblem
-    from mla_var3.runtime import autotune, bench, devices, records, registry
+    from mla_var3 import jobs as harness
+    from mla_var3.layers import problem_kind
+    from mla_var3.runtime import devices, registry
     device, say = devices.current_device(), tqdm.write if tqdm else print
     plans, failed, jobs = {}, 0, spec["jobs"]
     out, fail = Path(spec["records_file"]), Path(spec["failures_file"])
     for n, job in enumerate(tqdm(jobs, desc=f"shard {spec['shard']}", disable=not progress) if tqdm else jobs):
         try:
             plan = plans.get(job["kernel"]) or plans.setdefault(job["kernel"], registry.get_plan(job["kernel"]))
-            problem = MlaDecodeProblem.from_dict(job["problem"])
-            devices.require_arch(plan.name, plan.arch, device)
-            if spec["autotune"]:
-                tiling = autotune.autotune(plan, problem, rep_ms=min(spec["rep_ms"], 50)).best
-            else:
-                tiling = autotune.lookup(plan, problem, device.name)
-            fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=spec["seed"], rep_ms=spec["rep_ms"])
-            tiling_obj = fields.pop("tiling_obj")
-            rec = records.make_record("bench", plan, tiling_obj, problem, **fields,
-                                      sweep={"job": job["index"], "shard": spec["shard"], "worker": spec["worker"]})
-            records.validate_record(rec)
+            problem = problem_kind(job.get("kind", "mla_decode")).from_dict(job["problem"])
+            rec = harness.bench_record(plan, problem, device, seed=spec["seed"], rep_ms=spec["rep_ms"],
+                                       tune=spec["autotune"],
+                                       sweep={"job": job["index"], "shard": spec["shard"], "worker": spec["worker"]})
             _append(out, rec)
             say(f"[{n + 1}/{len(jobs)}] {plan.name:24} {problem.key():44} {rec['time_us']['median']:9.1f} us")
         except Exception as e:  # noqa: BLE001 - one bad job must not end the sweep
@@ -292,36 +310,26 @@ def _gpu_count() -> int:
 
 def _hydra_main() -> None:
     import hydra
-    if not (CONF_DIR / "sweep.yaml").is_file():
-        raise SweepError(f"{CONF_DIR}/sweep.yaml not found: run from a source checkout (pip install -e .)")
+    conf = conf_dir()
+    if not (conf / "sweep.yaml").is_file():
+        raise SweepError(f"{conf}/sweep.yaml not found: the package was installed without its data files")
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="sweep")
+    @hydra.main(version_base="1.3", config_path=str(conf), config_name="sweep")
     def task(cfg) -> None:
-        if rc := _guarded(run, cfg):
+        if rc := guarded(run, cfg):
             raise SystemExit(rc)
     task()
-
-
-def _guarded(fn, *args) -> int:
-    from mla_var3.layers.mla import ProblemError
-    from mla_var3.runtime.devices import DeviceError
-    from mla_var3.runtime.registry import RegistryError
-    try:
-        return fn(*args)
-    except (SweepError, ProblemError, DeviceError, RegistryError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["worker"]:          # internal: one worker process, spawned by run_workers
-        return _guarded(lambda: 1 if run_jobs(json.loads(Path(argv[1]).read_text()), progress=False) else 0)
+        return guarded(lambda: 1 if run_jobs(json.loads(Path(argv[1]).read_text()), progress=False) else 0)
     if argv[:1] == ["merge"]:           # merge records=DIR [records=DIR2 ...]
         dirs = [a.split("=", 1)[1] if a.startswith("records=") else a for a in argv[1:]] or ["runs/sweep"]
-        return _guarded(_merge_cli, dirs)
+        return guarded(_merge_cli, dirs)
     sys.argv = [sys.argv[0]] + argv
-    return _guarded(lambda: _check_plugin(argv) or _hydra_main() or 0)
+    return guarded(lambda: _check_plugin(argv) or _hydra_main() or 0)
 
 
 def _merge_cli(dirs) -> int:

@@ -42,7 +42,7 @@ def source_hash(plan) -> str:
 
 
 def dsl_version(plan) -> str:
-    pkg = {"cute-dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile", "torch": "torch"}[plan.language]
+    pkg = {"cute-dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile"}.get(plan.language, "torch")
     return f"{pkg}=={records.package_versions().get(pkg)}"
 
 
@@ -78,8 +78,8 @@ def store(plan, problem, gpu_name: str, tiling, time_us: float) -> None:
 
 def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, use_cache: bool = True,
              seed: int = 0) -> TuneResult:
-    """Time every valid config on `problem`; return the fastest (cached unless use_cache=False)."""
-    from mla_var3.layers.mla import make_outputs
+    """Time every valid config on `problem` (whole calls, every stage); return the fastest
+    (cached unless use_cache=False)."""
     from mla_var3.runtime import bench, devices
     device = devices.current_device()
     devices.require_arch(plan.name, plan.arch, device)
@@ -87,8 +87,8 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
         hit = lookup(plan, problem, device.name)
         if hit is not None:
             return TuneResult(best=hit, best_us=None, cached=True)
-    inputs = inputs if inputs is not None else plan.prepare_inputs(problem, seed=seed, device="cuda")
-    out, lse = make_outputs(inputs)
+    inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
+    outputs = problem.make_outputs(inputs)
     result = TuneResult(best=None, best_us=None)
     for tiling in (configs if configs is not None else plan.autotune_configs(problem)):
         reasons = tiling.validate(problem, device)
@@ -98,8 +98,9 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
         try:
             kern = plan.build(inputs, tiling)
             kern.compile()
-            kern.run(inputs, out, lse)
-            times = bench.time_cudagraph(lambda: kern.run(inputs, out, lse), rep_ms=rep_ms)
+            workspace = kern.prepare(inputs)
+            kern.launch(inputs, outputs, workspace)
+            times = bench.time_cudagraph(lambda k=kern, w=workspace: k.launch(inputs, outputs, w), rep_ms=rep_ms)
             t_us = sorted(times)[len(times) // 2] * 1e3
         except Exception as e:     # a failing config is data, not a crash
             result.trials.append({"tiling": tiling.key(), "status": "failed",

@@ -40,53 +40,59 @@ def time_cudagraph(fn, rep_ms: float = 100.0) -> list[float]:
     return do_bench_cudagraph(fn, rep=rep_ms, return_mode="all")
 
 
-def bench_rotating(run_one, input_sets, outputs, rep_ms: float = 100.0, rotated_bytes: int = 0) -> TimeStats:
-    """Time `run_one(inputs, out, lse)` over the rotating sets; returns per-launch statistics."""
-    pairs = list(zip(input_sets, outputs))
+def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) -> TimeStats:
+    """Time whole calls of `kern` (every stage) over the rotating (inputs, outputs, workspace)
+    sets inside one CUDA graph; returns per-call statistics."""
+    sets = list(sets)
 
     def step():
-        for inputs, (out, lse) in pairs:
-            run_one(inputs, out, lse)
+        for inputs, outputs, workspace in sets:
+            kern.launch(inputs, outputs, workspace)
 
     times_ms = time_cudagraph(step, rep_ms=rep_ms)
-    per_launch_us = [t * 1e3 / len(pairs) for t in times_ms]
-    return TimeStats(median=statistics.median(per_launch_us), min=min(per_launch_us), max=max(per_launch_us),
-                     n=len(per_launch_us), launches=len(pairs), n_sets=len(pairs), rotated_bytes=rotated_bytes)
+    per_call_us = [t * 1e3 / len(sets) for t in times_ms]
+    return TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
+                     n=len(per_call_us), launches=len(sets), n_sets=len(sets), rotated_bytes=rotated_bytes)
 
 
 def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: float = 100.0) -> dict:
-    """Benchmark one plan on one problem: rotating input sets, CUDA graph, roofline.
+    """Benchmark one plan on one problem: rotating input sets (inputs + outputs + workspace
+    bytes past 3x L2), CUDA graph of whole calls, roofline.
 
     Returns the fields of a `bench` record (records.make_record adds identity and environment)."""
-    from mla_var3.layers.mla import make_outputs
     from mla_var3.runtime import records, roofline
     from mla_var3.runtime.profiling import annotate
 
-    first = plan.prepare_inputs(problem, seed=seed, device="cuda")
+    first = problem.make_inputs(seed=seed, device="cuda")
     kern = plan.build(first, tiling)
     cfg = kern.tiling.key()
     with annotate(plan.name, cfg, "compile"):
         compile_s = time_compile(kern)
-    first_out = make_outputs(first, fill=0.0)
-    per_set = first.nbytes() + sum(t.numel() * t.element_size() for t in first_out)
+
+    def one_set(inputs):
+        outputs = problem.make_outputs(inputs, fill=0.0)
+        return inputs, outputs, kern.prepare(inputs)
+
+    sets = [one_set(first)]
+    per_set = (problem.input_bytes(first) + sum(t.numel() * t.element_size() for t in sets[0][1])
+               + sets[0][2].nbytes())
     n_sets = sets_needed(per_set, device.l2_bytes)
-    sets = [first] + [plan.prepare_inputs(problem, seed=seed, device="cuda", data_seed=seed + 1000 * i)
-                      for i in range(1, n_sets)]
-    outputs = [first_out] + [make_outputs(x, fill=0.0) for x in sets[1:]]
+    sets += [one_set(problem.make_inputs(seed=seed, device="cuda", data_seed=seed + 1000 * i))
+             for i in range(1, n_sets)]
     with annotate(plan.name, cfg, "warmup"):
-        kern.run(sets[0], *outputs[0])                  # warm-up outside the graph
+        kern.launch(*sets[0])                            # warm-up outside the graph
     clocks_before = records.gpu_clocks()
     with annotate(plan.name, cfg, "timed"):
-        stats = bench_rotating(lambda x, o, l: kern.run(x, o, l), sets, outputs, rep_ms=rep_ms,
-                               rotated_bytes=per_set * n_sets)
+        stats = bench_rotating(kern, sets, rep_ms=rep_ms, rotated_bytes=per_set * n_sets)
     clocks_after = records.gpu_clocks()
-    flops, nbytes = plan.algorithmic_flops_bytes(problem, list(first.seqlens))
+    flops, nbytes = problem.flops_bytes(first)
     point = roofline.roofline(flops, nbytes, stats.median, device)
     return {"tiling_obj": kern.tiling, "time_us": stats.to_dict(), "tflops": point.tflops, "gbps": point.gbps,
             "pct_roofline": point.pct_measured, "pct_datasheet": point.pct_datasheet, "bound": point.bound,
             "intensity": point.intensity, "floor_us": point.floor_us, "flops": flops, "bytes": nbytes,
             "compile_s": compile_s, "clocks_before": clocks_before, "clocks_after": clocks_after,
-            "mean_seqlen": sum(first.seqlens) / len(first.seqlens)}
+            "stages": [s.name for s in kern.stages], "workspace_bytes": sets[0][2].nbytes(),
+            **problem.input_facts(first)}
 
 
 def time_compile(kern) -> float:

@@ -1,4 +1,4 @@
-"""CtKernel: a cuTile kernel, its grid and arguments, launch, and CPU export for compile checks.
+"""CtKernel: a cuTile stage - kernel, grid and arguments, launch, and CPU export for compile checks.
 
 cuTile JIT-compiles on the first launch and caches by itself; ahead of time (no GPU) we export
 a cubin with `cuda.tile.compilation.export_kernel`, which maps --arch=sm_90a to gpu_code="sm_90".
@@ -8,7 +8,8 @@ from __future__ import annotations
 import io
 from typing import Any, Callable
 
-from mla_var3.runtime.kernel_plan import RuntimeKernel
+from mla_var3.errors import PlanError
+from mla_var3.runtime.runtime_kernel import Stage
 
 
 def gpu_code_for(arch: str) -> str:
@@ -16,14 +17,15 @@ def gpu_code_for(arch: str) -> str:
     return arch[:-1] if arch.endswith("a") else arch
 
 
-class CtKernel(RuntimeKernel):
-    """kernel: the @ct.kernel; grid(*args) -> grid tuple; kernel_args(*args) -> its arguments;
-    signatures() -> KernelSignature list for export (compile-only)."""
+class CtKernel(Stage):
+    """kernel: the @ct.kernel; grid(inputs, outputs, workspace) -> grid tuple;
+    kernel_args(inputs, outputs, workspace) -> its arguments; signatures() -> KernelSignature
+    list for export (compile-only)."""
 
-    def __init__(self, plan, tiling, *, kernel: Any, grid: Callable[..., tuple], kernel_args: Callable[..., tuple],
-                 signatures: Callable[[], list] | None = None):
-        super().__init__(plan, tiling)
+    def __init__(self, *, kernel: Any, grid: Callable[..., tuple], kernel_args: Callable[..., tuple],
+                 signatures: Callable[[], list] | None = None, name: str = "main"):
         self.kernel, self.grid, self.kernel_args, self.signatures = kernel, grid, kernel_args, signatures
+        self.name = name
 
     def launch(self, *args) -> None:
         import cuda.tile as ct
@@ -33,7 +35,7 @@ class CtKernel(RuntimeKernel):
     def export(self, arch: str = "sm_90a") -> bytes:
         """Compile for `arch` without a GPU; returns the cubin bytes."""
         if self.signatures is None:
-            raise RuntimeError(f"{self.plan.name if self.plan else 'kernel'}: no export signatures given")
+            raise PlanError(f"stage {self.name}: no export signatures given, cannot compile ahead")
         from cuda.tile.compilation import export_kernel
         buf = io.BytesIO()
         export_kernel(self.kernel, self.signatures(), buf, gpu_code=gpu_code_for(arch), output_format="cubin")

@@ -1,39 +1,43 @@
-"""CuteKernel: CuTe DSL compile cache (TVM-FFI, from fake tensors) + launch.
+"""CuteKernel: one CuTe DSL stage - compile cache (TVM-FFI, from fake tensors) + launch.
 
-Compiled once per (kernel, tiling key, dtypes, static dims, arch): the dynamic extents (batch,
-pages) are `cute.sym_int`s in the fake tensors, so one compile serves every batch and length.
-The call goes through TVM-FFI with torch tensors directly (~12 us host time on the H200,
-against ~233 us for the from_dlpack path) on the caller's current stream.
+Compiled once per (kernel, stage, tiling key, dtypes, static dims, arch, compile options): the
+dynamic extents (batch, pages) are `cute.sym_int`s in the fake tensors, so one compile serves
+every batch and length. The call goes through TVM-FFI with torch tensors directly (~12 us host
+time on the H200, against ~233 us for the from_dlpack path) on the caller's current stream.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mla_var3.runtime.kernel_plan import RuntimeKernel
+from mla_var3.errors import DeviceError
+from mla_var3.runtime.runtime_kernel import Stage
 
 DEFAULT_ARCH = "sm_90a"
+DEFAULT_OPTIONS = "--enable-tvm-ffi"
 
 
 def ensure_dsl_arch(arch: str = DEFAULT_ARCH) -> None:
     """CUTE_DSL_ARCH is read once, when cutlass.cute is first imported: set it before."""
-    import sys
     current = os.environ.setdefault("CUTE_DSL_ARCH", arch)
     if current != arch and "cutlass.cute" in sys.modules:
-        raise RuntimeError(f"--arch: CuTe DSL was already imported for {current}; "
-                           f"compile for {arch} in a fresh process (CUTE_DSL_ARCH={arch})")
+        raise DeviceError(f"--arch: CuTe DSL was already imported for {current}; "
+                          f"compile for {arch} in a fresh process (CUTE_DSL_ARCH={arch})")
     os.environ["CUTE_DSL_ARCH"] = arch
 
 
 @dataclass(frozen=True)
 class CompileKey:
-    kernel: str
+    kernel: str          # the version, e.g. flash_mla_decode_v2
+    stage: str           # which launch of the call, e.g. "split" / "combine"
     tiling: str
     dtypes: tuple
     static: tuple
     arch: str
+    options: str
 
 
 _CACHE: dict[CompileKey, Any] = {}
@@ -44,22 +48,24 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-class CuteKernel(RuntimeKernel):
+class CuteKernel(Stage):
     """A CuTe DSL kernel object, its fake arguments, and how to call it with torch tensors.
 
-    build():           the kernel object (class with @cute.jit __call__), from the tiling
-    fake_args(obj):    fake tensors / scalars / fake stream, in __call__'s order
-    launch_args(*a):   the torch tensors (views) to call the compiled function with
+    build():                                the kernel object (class with @cute.jit __call__)
+    fake_args(obj):                         fake tensors / scalars / fake stream, in __call__'s order
+    launch_args(inputs, outputs, workspace): the torch tensors (views) to call the compiled function with
     """
 
-    def __init__(self, plan, tiling, *, name: str, build: Callable[[], Any], fake_args: Callable[[Any], tuple],
-                 launch_args: Callable[..., tuple], dtypes: tuple, static: tuple, arch: str = DEFAULT_ARCH,
-                 options: str = "--enable-tvm-ffi"):
-        super().__init__(plan, tiling)
-        self.name, self.build, self.fake_args, self.launch_args = name, build, fake_args, launch_args
-        self.options = options
-        self.key = CompileKey(kernel=name, tiling=tiling.key() if tiling is not None else "default",
-                              dtypes=tuple(str(d) for d in dtypes), static=tuple(static), arch=arch)
+    def __init__(self, *, kernel: str, build: Callable[[], Any], fake_args: Callable[[Any], tuple],
+                 launch_args: Callable[..., tuple], dtypes: tuple, static: tuple, tiling_key: str = "default",
+                 stage: str = "main", arch: str = DEFAULT_ARCH, options: str = DEFAULT_OPTIONS):
+        self.name, self.build, self.fake_args, self.launch_args = stage, build, fake_args, launch_args
+        self.key = CompileKey(kernel=kernel, stage=stage, tiling=tiling_key, dtypes=tuple(str(d) for d in dtypes),
+                              static=tuple(static), arch=arch, options=options)
+
+    @property
+    def options(self) -> str:
+        return self.key.options
 
     def compile(self):
         fn = _CACHE.get(self.key)
@@ -68,10 +74,13 @@ class CuteKernel(RuntimeKernel):
             import cutlass.cute as cute
             obj = self.build()
             t0 = time.perf_counter()
-            fn = cute.compile(obj, *self.fake_args(obj), options=self.options)
+            fn = cute.compile(obj, *self.fake_args(obj), options=self.key.options)
             COMPILE_LOG.append((self.key, time.perf_counter() - t0))
             _CACHE[self.key] = fn
         return fn
 
     def launch(self, *args) -> None:
         self.compile()(*self.launch_args(*args))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "arch": self.key.arch, "options": self.key.options}

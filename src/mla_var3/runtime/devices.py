@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
+from mla_var3.errors import DeviceError
 
-class DeviceError(RuntimeError):
-    """No usable GPU, or the wrong one; the message says which and what was expected."""
+__all__ = ["DeviceError", "DeviceSpec", "current_device", "require_arch", "load_devices", "spec_for_name"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ def arch_from_capability(major: int, minor: int) -> str:
     """Compute capability -> the arch string kernels target (arch-specific 'a' where it exists)."""
     suffix = "a" if major >= 9 else ""
     return f"sm_{major}{minor}{suffix}"
+
+
+def inputs_on_cuda(inputs) -> bool:
+    """Whether any tensor among the fields of `inputs` lives on a CUDA device."""
+    fields = vars(inputs).values() if hasattr(inputs, "__dict__") else ()
+    return any(getattr(t, "is_cuda", False) for t in fields)
 
 
 def cuda_available() -> bool:

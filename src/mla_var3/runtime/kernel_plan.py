@@ -2,6 +2,8 @@
 
 A plan is cheap to construct and imports no DSL: the device code (CuTe DSL, cuTile) is imported
 only when `plan()` builds a runtime kernel, so `list`, tests and the CLI stay fast everywhere.
+A plan names the problem kind it solves (`problem_kind`, a class of layers/); this module never
+imports a layer - it asks the problem for everything (inputs, validation, outputs).
 """
 from __future__ import annotations
 
@@ -9,14 +11,11 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, ClassVar
 
-from mla_var3.layers import mla
+from mla_var3.errors import PlanError
 
 if TYPE_CHECKING:
     from mla_var3.runtime.devices import DeviceSpec
-
-
-class PlanError(ValueError):
-    """A plan cannot run what it was given (inputs, tiling, device); the message says why."""
+    from mla_var3.runtime.runtime_kernel import RuntimeKernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,41 +35,6 @@ class Tiling:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def problem_of(inputs) -> "mla.MlaDecodeProblem":
-    """The problem a set of inputs poses (explicit lengths)."""
-    seqlens = inputs.seqlens or tuple(inputs.cache_seqlens.tolist())
-    return mla.MlaDecodeProblem(b=inputs.b, s_q=inputs.s_q, h_q=inputs.h_q, seqlen=max(seqlens, default=0),
-                                seqlens=tuple(seqlens), softmax_scale=inputs.softmax_scale)
-
-
-class RuntimeKernel:
-    """What every runtime kernel offers: run(inputs) -> (out, lse); describe(); autotune()."""
-
-    def __init__(self, plan: "KernelPlan", tiling: Tiling):
-        self.plan = plan
-        self.tiling = tiling
-
-    def compile(self):
-        """Compile ahead of the first run (no-op where there is nothing to compile)."""
-        return None
-
-    def launch(self, inputs, out, lse) -> None:
-        raise NotImplementedError
-
-    def run(self, inputs, out=None, lse=None):
-        if out is None or lse is None:
-            out, lse = mla.make_outputs(inputs, fill=float("nan"))
-        self.launch(inputs, out, lse)
-        return out, lse
-
-    def autotune(self, problem, **kw):
-        from mla_var3.runtime.autotune import autotune
-        return autotune(self.plan, problem, **kw)
-
-    def describe(self) -> dict:
-        return {**self.plan.describe(), "tiling": self.tiling.key(), "runtime": type(self).__name__}
 
 
 def smem_reasons(nbytes: int, device: "DeviceSpec | None") -> list[str]:
@@ -93,13 +57,12 @@ def split_version(name: str) -> tuple[str, int]:
 
 
 class KernelPlan:
-    """One subclass per kernel version. See DESIGN.md "The contract"."""
+    """One subclass per kernel version (the project's docs/design.md, "Plans and runtimes")."""
 
     name: ClassVar[str]                     # "flash_mla_decode_v3"
-    layer: ClassVar[str] = "mla"
-    language: ClassVar[str]                 # "cute-dsl" | "cutile" | "torch"
+    language: ClassVar[str]                 # "cute-dsl" | "cutile" | "torch" | "peer"
     arch: ClassVar[tuple[str, ...]]         # ("sm_90a",); ("any",) runs anywhere torch does
-    Problem: ClassVar[type] = mla.MlaDecodeProblem
+    problem_kind: ClassVar[type]            # the Problem class it solves (layers/)
     Tiling: ClassVar[type] = Tiling
     summary: ClassVar[str] = ""             # one line for `list`
 
@@ -112,15 +75,17 @@ class KernelPlan:
     def version(self) -> int:
         return split_version(self.name)[1]
 
-    # ---- the layer's pieces (versions never redefine them) ----------------------------------
-    def prepare_inputs(self, problem, seed: int = 0, device="cuda", peaked: bool = False, data_seed=None):
-        return mla.make_inputs(problem, seed=seed, device=device, peaked=peaked, data_seed=data_seed)
+    @property
+    def layer(self) -> str:
+        return self.problem_kind.layer
 
-    def reference_fn(self, inputs):
-        return mla.reference(inputs)
-
-    def algorithmic_flops_bytes(self, problem, seqlens=None) -> tuple[int, int]:
-        return mla.flops_bytes(problem, seqlens)
+    # ---- what it can run --------------------------------------------------------------------
+    def supports(self, problem) -> list[str]:
+        """Reasons this version cannot run `problem` at all, whatever the tiling (empty: it can).
+        Grids and tests skip such problems and show the reason."""
+        if not isinstance(problem, self.problem_kind):
+            return [f"{self.name} solves {self.problem_kind.kind}, not {getattr(problem, 'kind', type(problem).__name__)}"]
+        return []
 
     # ---- tilings ---------------------------------------------------------------------------
     def default_tiling(self, problem):
@@ -130,6 +95,10 @@ class KernelPlan:
     def autotune_configs(self, problem) -> list:
         """The search space; autotune prunes it with Tiling.validate."""
         return [self.default_tiling(problem)]
+
+    def example_bad_tilings(self) -> list:
+        """Tilings this version must refuse (tests check each is refused before compiling)."""
+        return []
 
     def check_tiling(self, tiling, problem, device) -> None:
         """Raise PlanError with every reason the tiling does not fit."""
@@ -145,30 +114,42 @@ class KernelPlan:
         """Where this plan's tensors must live: GPU kernels need "cuda"; torch runs anywhere."""
         return "cuda" if self.language != "torch" else ""
 
-    def build(self, inputs, tiling=None):
-        """Gate, validate, then plan: the arch gate and every input/tiling check run before
-        anything compiles, each failing with a one-line error."""
+    def build(self, inputs, tiling=None) -> "RuntimeKernel":
+        """Gate, validate, then plan: the arch gate and every input/problem/tiling check run
+        before anything compiles, each failing with a one-line error."""
         from mla_var3.runtime import devices
+        kind = self.problem_kind
         device = None
-        if self.device_type() == "cuda" or inputs.q.is_cuda:
+        if self.device_type() == "cuda" or devices.inputs_on_cuda(inputs):
             device = devices.current_device()
             devices.require_arch(self.name, self.arch, device)
-        mla.validate_inputs(inputs, self.device_type() or None)
-        problem = problem_of(inputs)
+        kind.validate_inputs(inputs, self.device_type() or None)
+        problem = kind.from_inputs(inputs)
+        reasons = self.supports(problem)
+        if reasons:
+            raise PlanError(f"{self.name} does not support {problem.key()}: " + "; ".join(reasons))
         if tiling is None:
             tiling = self.default_tiling(problem)
         self.check_tiling(tiling, problem, device)
-        return self.plan(inputs, tiling)
+        kern = self.plan(inputs, tiling)
+        kern.problem = problem
+        return kern
 
-    def plan(self, inputs, tiling):
-        """Return a runtime kernel (CuteKernel | CtKernel | TorchKernel) for validated inputs."""
+    def plan(self, inputs, tiling) -> "RuntimeKernel":
+        """Return the runtime kernel (its stages and workspace) for validated inputs."""
         raise NotImplementedError
 
+    def runtime(self, tiling, *stages, workspace=None) -> "RuntimeKernel":
+        """Shorthand for plans: RuntimeKernel(self, tiling, [stages...], workspace=...)."""
+        from mla_var3.runtime.runtime_kernel import RuntimeKernel
+        return RuntimeKernel(self, tiling, list(stages), workspace=workspace)
+
     def compile_only(self, problem, arch: str, tiling=None) -> dict:
-        """Compile for `arch` without a GPU; returns facts about the artifact. Torch: nothing."""
+        """Compile every stage for `arch` without a GPU; returns facts about the artifacts.
+        Plans with nothing to compile ahead (PyTorch) say so."""
         return {"compiled": False, "reason": "PyTorch kernels have nothing to compile ahead"}
 
     def describe(self) -> dict:
         return {"name": self.name, "design": self.design, "version": self.version,
-                "layer": self.layer, "language": self.language, "arch": list(self.arch),
-                "summary": self.summary}
+                "layer": self.layer, "problem_kind": self.problem_kind.kind, "language": self.language,
+                "arch": list(self.arch), "summary": self.summary}

@@ -16,6 +16,8 @@ import re
 import shutil
 import sys
 
+from mla_var3.errors import ProfilerError
+
 PHASES = ("compile", "warmup", "timed", "check", "profile")
 
 # ---- annotation -----------------------------------------------------------------------------
@@ -47,10 +49,6 @@ def _backend():
 
 def enable_annotation(on: bool = True) -> None:
     _state["enabled"] = on
-
-
-def annotation_enabled() -> bool:
-    return _state["enabled"]
 
 
 @contextlib.contextmanager
@@ -92,12 +90,7 @@ NCU_METRICS = {
     "smem_per_block_kb": ("launch__shared_mem_per_block", "B->KB"),
     "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", None),
 }
-NCU_COLUMNS = ("kernel_name",) + tuple(NCU_METRICS)
 DEFAULT_LAUNCHES = 3
-
-
-class ProfilerError(RuntimeError):
-    pass
 
 
 def find_tool(name: str) -> str:
@@ -145,7 +138,7 @@ def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
 
 def parse_ncu_csv(text: str) -> list[dict]:
     """Rows of `ncu --csv --page raw` (header, units, one row per profiled launch; one such block
-    per profiled process) -> one dict per launch with NCU_COLUMNS; metrics ncu did not report are
+    per profiled process) -> one dict per launch with kernel_name and the NCU_METRICS columns; metrics ncu did not report are
     None. ncu's log lines and the program's own output around the blocks are skipped."""
     lines = text.splitlines()
     out = []

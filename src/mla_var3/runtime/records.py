@@ -14,6 +14,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from mla_var3.errors import RecordError
+
 SCHEMA_VERSION = 1
 RECORDS_FILE = "records.jsonl"
 REQUIRED_KEYS = {
@@ -25,10 +27,6 @@ BENCH_KEYS = {"time_us": dict, "tflops": float, "gbps": float, "pct_roofline": f
 CHECK_KEYS = {"passed": bool, "seeds": list, "errors": dict}
 PROFILE_KEYS = {"prof_type": str, "rows": list}
 PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "cuda-tile", "apache-tvm-ffi")
-
-
-class RecordError(ValueError):
-    pass
 
 
 def _pkg_version(name: str) -> str | None:
@@ -43,12 +41,13 @@ def package_versions() -> dict:
 
 
 def git_commit() -> str | None:
-    """The commit this tree came from: MLA_VAR3_COMMIT (set for device runs, whose copy has no
-    .git), else `git rev-parse` with '+dirty' when the tree has changes."""
+    """The commit of the checkout the run was started in: MLA_VAR3_COMMIT (set for device runs,
+    whose copy has no .git), else `git rev-parse` in the current directory with '+dirty' when the
+    tree has changes; None outside a git checkout (an installed package has no commit)."""
     env = os.environ.get("MLA_VAR3_COMMIT")
     if env:
         return env
-    root = Path(__file__).resolve().parents[3]
+    root = Path.cwd()
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=5).stdout.strip()
@@ -94,6 +93,7 @@ def make_record(kind: str, plan, tiling, problem, *, grid: str | None = None, **
     rec = {"schema": SCHEMA_VERSION, "kind": kind,
            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "kernel": plan.name, "version": plan.version, "design": plan.design, "language": plan.language,
+           "problem_kind": problem.kind if problem is not None else plan.problem_kind.kind,
            "tiling": tiling.to_dict() if tiling is not None else {}, "tiling_key": tiling.key() if tiling else "",
            "problem": problem.to_dict() if problem is not None else {"grid": grid},
            "problem_key": problem.key() if problem is not None else f"grid={grid}",
@@ -145,6 +145,14 @@ def load(paths) -> list[dict]:
                 if line.strip():
                     out.append(json.loads(line))
     return out
+
+
+def latest_records(recs: list[dict]) -> list[dict]:
+    """The newest bench (or peer) record of each (problem, kernel): what a table shows."""
+    latest = {}
+    for r in sorted((r for r in recs if r.get("kind") in ("bench", "peer")), key=lambda r: r.get("timestamp", "")):
+        latest[(r["problem_key"], r["kernel"])] = r
+    return list(latest.values())
 
 
 def devlog_markers(version: str) -> tuple[str, str]:

@@ -12,16 +12,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mla_var3.errors import RegistryError
 from mla_var3.runtime.kernel_plan import KernelPlan
 
 KERNEL_ROOT = Path(__file__).resolve().parents[1] / "kernel"
 LANGUAGE_DIRS = {"cute_python": "cute-dsl", "cutile_python": "cutile", "torch_python": "torch"}
 _VERSION_DIR = re.compile(r"^(?P<design>[a-z][a-z0-9_]*)_v(?P<n>[0-9]+)$")
-
-
-class RegistryError(KeyError):
-    def __str__(self):      # KeyError quotes its message; a CLI error should read plainly
-        return self.args[0] if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -81,3 +77,8 @@ def get_plan(name: str) -> KernelPlan:
 
 def all_entries() -> list[VersionEntry]:
     return sorted(discover().values(), key=lambda e: (e.language, e.design, e.version))
+
+
+def newest_entries() -> list[VersionEntry]:
+    """The newest version of every design."""
+    return [e for e in all_entries() if e.version == versions_of(e.design)[-1].version]

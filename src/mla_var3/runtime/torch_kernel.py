@@ -1,15 +1,16 @@
-"""TorchKernel: PyTorch baselines through the same interface as the DSL kernels."""
+"""TorchKernel: a PyTorch stage, so baselines run through the same interface as DSL kernels."""
 from __future__ import annotations
 
-from mla_var3.runtime.kernel_plan import RuntimeKernel
+from typing import Callable
+
+from mla_var3.runtime.runtime_kernel import Stage
 
 
-class TorchKernel(RuntimeKernel):
-    """Wraps `fn(inputs, out, lse, tiling)`, which writes out and lse in place."""
+class TorchKernel(Stage):
+    """Wraps `fn(inputs, outputs, workspace)`, which writes the outputs in place."""
 
-    def __init__(self, plan, tiling, fn):
-        super().__init__(plan, tiling)
-        self.fn = fn
+    def __init__(self, fn: Callable, *, name: str = "main"):
+        self.fn, self.name = fn, name
 
-    def launch(self, inputs, out, lse) -> None:
-        self.fn(inputs, out, lse, self.tiling)
+    def launch(self, inputs, outputs, workspace) -> None:
+        self.fn(inputs, outputs, workspace)

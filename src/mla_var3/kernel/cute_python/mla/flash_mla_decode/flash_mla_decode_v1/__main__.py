@@ -1,6 +1,6 @@
 """python -m mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v1 [flags]"""
 import sys
 
-from mla_var3.kernel.__main__ import main
+from mla_var3.cli.kernel import main
 
 raise SystemExit(main(["flash_mla_decode_v1", *sys.argv[1:]]))

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mla_var3.layers.mla import D_QK, PAGE_SIZE
+from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem
 from mla_var3.runtime.cute_kernel import CuteKernel, ensure_dsl_arch
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
+from mla_var3.runtime.runtime_kernel import RuntimeKernel
 
 SMEM_BYTES = (64 * D_QK * 2) * 3 + 1024      # sQ + 2-stage sK ring (bf16 64x576 each) + barriers
 
@@ -31,27 +32,31 @@ class FlashMlaDecodeV1(KernelPlan):
     name = "flash_mla_decode_v1"
     language = "cute-dsl"
     arch = ("sm_90a",)
+    problem_kind = MlaDecodeProblem
     Tiling = FlashMlaTiling
     summary = "CuTe DSL: CTA per (seq, 64 rows), TMA 2-stage K ring, wgmma QK^T and PV, no split-KV"
 
-    def _kernel(self, s_q: int, h_q: int, tiling: FlashMlaTiling, arch: str = "sm_90a") -> CuteKernel:
+    def _kernel(self, s_q: int, h_q: int, tiling: FlashMlaTiling, arch: str = "sm_90a") -> RuntimeKernel:
+        """One stage: the whole decode in one launch (no split-KV, no workspace)."""
         ensure_dsl_arch(arch)
         import torch
 
         from . import kernel
 
-        def launch_args(inputs, out, lse):
+        def launch_args(inputs, outputs, workspace):
+            out, lse = outputs
             return kernel.launch_arguments(inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens,
                                            out, lse, inputs.softmax_scale)
-        return CuteKernel(self, tiling, name=self.name, arch=arch,
-                          build=lambda: kernel.FlashMlaDecodeKernel(s_q, h_q, tiling.block_n, tiling.num_threads),
-                          fake_args=kernel.fake_arguments, launch_args=launch_args,
-                          dtypes=(torch.bfloat16,), static=(s_q, h_q))
+        stage = CuteKernel(kernel=self.name, tiling_key=tiling.key(), arch=arch,
+                           build=lambda: kernel.FlashMlaDecodeKernel(s_q, h_q, tiling.block_n, tiling.num_threads),
+                           fake_args=kernel.fake_arguments, launch_args=launch_args,
+                           dtypes=(torch.bfloat16,), static=(s_q, h_q))
+        return self.runtime(tiling, stage)
 
     def example_bad_tilings(self) -> list[FlashMlaTiling]:
         return [FlashMlaTiling(block_n=128), FlashMlaTiling(num_threads=128)]
 
-    def plan(self, inputs, tiling) -> CuteKernel:
+    def plan(self, inputs, tiling) -> RuntimeKernel:
         return self._kernel(inputs.s_q, inputs.h_q, tiling)
 
     def compile_only(self, problem, arch: str, tiling=None) -> dict:

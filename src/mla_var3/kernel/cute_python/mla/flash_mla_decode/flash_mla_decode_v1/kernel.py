@@ -1,13 +1,10 @@
 """flash_mla_decode_v1: CuTe DSL MLA decode for sm_90a (DeepSeek-V3 absorbed MLA, FlashMLA's contract).
 
-Run (GPU, standalone check of the `check` grid + one timing):
-    python scripts/dev_check_flash_mla_decode.py
-Compile only (CPU, no GPU):
-    CUTE_DSL_ARCH=sm_90a python -c "import cutlass.cute as cute; from mla_var3.kernel.cute_python.mla.\
-flash_mla_decode.flash_mla_decode_v1 import kernel as m; k = m.FlashMlaDecodeKernel(1, 64); \
-cute.compile(k, *m.fake_arguments(k), options='--enable-tvm-ffi')"
-Profile (GPU):
-    ncu --kernel-name regex:kernel_cutlass --launch-count 1 python scripts/dev_check_flash_mla_decode.py
+Check (GPU):        python -m mla_var3.kernel flash_mla_decode_v1 --check
+Benchmark (GPU):    python -m mla_var3.kernel flash_mla_decode_v1 --b=128 --s_q=1 --h_q=64 --seqlen=4096
+Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v1 --compile-only --arch=sm_90a
+Profile (GPU):      python -m mla_var3.kernel flash_mla_decode_v1 --prof_type=ncu
+The device function is `flash_mla_decode_v1_kernel`, so profiler rows name the version.
 
 Tiling
 - q is viewed as [b, s_q*h_q, 576]: row r is query token r // h_q, head r % h_q. One CTA per
@@ -142,13 +139,13 @@ class FlashMlaDecodeKernel:
             sK: cute.struct.Align[cute.struct.MemRange[BF16, cute.cosize(sK_l)], 1024]
 
         self.storage = Storage
-        self.kernel(tma_q, q_tma, tma_k, kv_tma, block_table, seqlens, out, lse,
+        self.flash_mla_decode_v1_kernel(tma_q, q_tma, tma_k, kv_tma, block_table, seqlens, out, lse,
                     softmax_scale * LOG2_E, mma_qk, mma_pv, sQ_l, sK_l, sV_outer).launch(
             grid=(self.n_row_blocks, q.shape[0], 1), block=(self.num_threads, 1, 1), stream=stream)
 
     # ---------------------------------------------------------------- device side
     @cute.kernel
-    def kernel(self, tma_q: cute.CopyAtom, q_tma: cute.Tensor, tma_k: cute.CopyAtom,
+    def flash_mla_decode_v1_kernel(self, tma_q: cute.CopyAtom, q_tma: cute.Tensor, tma_k: cute.CopyAtom,
                kv_tma: cute.Tensor, block_table: cute.Tensor, seqlens: cute.Tensor,
                out: cute.Tensor, lse: cute.Tensor, scale_log2: cutlass.Float32,
                mma_qk: cute.TiledMma, mma_pv: cute.TiledMma,

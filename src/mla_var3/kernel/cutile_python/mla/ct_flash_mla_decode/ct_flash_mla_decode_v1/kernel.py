@@ -1,10 +1,7 @@
 """ct_flash_mla_decode_v1: cuTile MLA decode (DeepSeek-V3 absorbed MLA, FlashMLA's contract).
 
-Run (GPU, standalone check + timings):
-    python scripts/dev_check_ct_flash_mla_decode.py
-Compile only (CPU, no GPU):
-    PYTHONPATH=src python -c "from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.\
-ct_flash_mla_decode_v1 import kernel as k; print(k.export_cubin(1, 64)[:4])"
+Run: python -m mla_var3.kernel ct_flash_mla_decode_v1 --check (GPU);
+     python -m mla_var3.kernel ct_flash_mla_decode_v1 --compile-only --arch=sm_90a (CPU).
 
 Tiling
 - q is viewed as [b, s_q*h_q, 576]: row r is query token r // h_q, head r % h_q. One block per
@@ -35,7 +32,7 @@ Tiling
   array and the bounded store drops them); lse scattered to [b, h_q, s_q] with a row mask.
 
 Constraints
-- bf16 q / cache, page size 64, head dims 576 / 512, h_kv = 1 (asserted in `launch`).
+- bf16 q / cache, page size 64, head dims 576 / 512, h_kv = 1 (asserted in `kernel_args`).
 - Pages past ceil(seqlen/64) are never touched: the loops run exactly cdiv(seqlen, BLOCK_N) KV
   tiles, all inside the first ceil(seqlen/64) pages, so the poisoned block_table entries
   (2147480000) are never read.
@@ -114,7 +111,7 @@ def _kv_step(KV, BlockTable, bi, j, q_nope, q_rope, m_i, l_i, acc, scale_log2, s
 
 
 @ct.kernel(occupancy=1, num_worker_warps=8)
-def mla_decode_kernel(Q, KV, BlockTable, Seqlens, Out, Lse, scale_log2: float,
+def ct_flash_mla_decode_v1_kernel(Q, KV, BlockTable, Seqlens, Out, Lse, scale_log2: float,
                       S_Q: ConstInt, H_Q: ConstInt, BLOCK_M: ConstInt, BLOCK_N: ConstInt,
                       KV_LATENCY: ConstInt):
     """Q [b, s_q*h_q, 576] bf16; KV [num_blocks, 64, 576] bf16; BlockTable [b, max_blocks] i32;
@@ -181,7 +178,7 @@ def grid(b: int, s_q: int, h_q: int, block_m: int) -> tuple[int, int, int]:
 
 def kernel_args(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
                 block_m: int = 64, block_n: int = BLOCK_N_DEFAULT, kv_latency: int = KV_LATENCY_DEFAULT) -> tuple:
-    """The views and constants mla_decode_kernel is launched with. Contiguous tensors on the GPU."""
+    """The views and constants ct_flash_mla_decode_v1_kernel is launched with. Contiguous tensors on the GPU."""
     b, s_q, h_q, d = q.shape
     assert d == D_QK and tuple(kv_cache.shape[1:]) == (PAGE, 1, D_QK), (q.shape, kv_cache.shape)
     assert tuple(out.shape) == (b, s_q, h_q, D_V) and tuple(lse.shape) == (b, h_q, s_q)
@@ -191,16 +188,6 @@ def kernel_args(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale
     out3 = out.view(b, s_q * h_q, D_V)
     return (q3, kv3, block_table, cache_seqlens, out3, lse,
             float(softmax_scale) * LOG2E, s_q, h_q, block_m, block_n, kv_latency)
-
-
-def launch(stream, q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale: float,
-           block_m: int = 64, block_n: int = BLOCK_N_DEFAULT, kv_latency: int = KV_LATENCY_DEFAULT
-           ) -> None:
-    """ct.launch(stream, grid, mla_decode_kernel, kernel_args(...))."""
-    b, s_q, h_q, _ = q.shape
-    ct.launch(stream, grid(b, s_q, h_q, block_m), mla_decode_kernel,
-              kernel_args(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale,
-                          block_m, block_n, kv_latency))
 
 
 def _array(dtype, ndim, stride_div: int = 1, base_div: int = 1):
@@ -234,14 +221,3 @@ def export_signatures(s_q: int, h_q: int, block_m: int = 64, block_n: int = BLOC
         s_q, h_q, block_m, block_n, kv_latency,   # constants
     ]
     return [KernelSignature(params, CallingConvention.cutile_python_v1())]
-
-
-def export_cubin(s_q: int, h_q: int, block_m: int = 64, block_n: int = BLOCK_N_DEFAULT,
-                 kv_latency: int = KV_LATENCY_DEFAULT, gpu_code: str = "sm_90") -> bytes:
-    """Compile on the CPU; returns the cubin bytes (an ELF)."""
-    import io
-    from cuda.tile.compilation import export_kernel
-    buf = io.BytesIO()
-    export_kernel(mla_decode_kernel, export_signatures(s_q, h_q, block_m, block_n, kv_latency), buf,
-                  gpu_code=gpu_code, output_format="cubin")
-    return buf.getvalue()

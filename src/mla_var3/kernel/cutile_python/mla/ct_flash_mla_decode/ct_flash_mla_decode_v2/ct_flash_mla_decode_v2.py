@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mla_var3.layers.mla import D_QK, PAGE_SIZE
+from mla_var3.errors import PlanError
+from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem
 from mla_var3.runtime.ct_kernel import CtKernel, gpu_code_for
-from mla_var3.runtime.kernel_plan import KernelPlan, PlanError, Tiling, smem_reasons
+from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
+from mla_var3.runtime.runtime_kernel import RuntimeKernel
 
 INDEX_LIMIT = 2 ** 31          # the kernel's index math is int32
 SMEM_BYTES = 223 * 1024        # >= what the exported sm_90 cubin reserves (222800 B); cuTile sizes it
@@ -35,6 +37,7 @@ class CtFlashMlaDecodeV2(KernelPlan):
     name = "ct_flash_mla_decode_v2"
     language = "cutile"
     arch = ("sm_90a",)
+    problem_kind = MlaDecodeProblem
     Tiling = CtFlashMlaTiling
     summary = "cuTile v1, sanitizer-clean: shifted TMA window for the tail, page ids by ct.gather"
 
@@ -48,20 +51,21 @@ class CtFlashMlaDecodeV2(KernelPlan):
         from . import kernel
         t = tiling
 
-        def grid(inputs, out, lse):
+        def grid(inputs, outputs, workspace):
             return kernel.grid(inputs.b, inputs.s_q, inputs.h_q, t.block_m)
 
-        def kernel_args(inputs, out, lse):
+        def kernel_args(inputs, outputs, workspace):
+            out, lse = outputs
             return kernel.kernel_args(inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens,
                                       out, lse, inputs.softmax_scale, t.block_m, t.block_n, t.kv_latency)
-        return CtKernel(self, tiling, kernel=kernel.mla_decode_kernel, grid=grid, kernel_args=kernel_args,
+        return CtKernel(kernel=kernel.ct_flash_mla_decode_v2_kernel, grid=grid, kernel_args=kernel_args,
                         signatures=lambda: kernel.export_signatures(s_q, h_q, t.block_m, t.block_n, t.kv_latency))
 
-    def plan(self, inputs, tiling) -> CtKernel:
+    def plan(self, inputs, tiling) -> RuntimeKernel:
         if inputs.kv_cache.numel() >= INDEX_LIMIT:
             raise PlanError(f"kv_cache: {inputs.kv_cache.shape[0]} pages ({inputs.kv_cache.numel()} elements) "
                             f"exceed this kernel's int32 indexing (< {INDEX_LIMIT // (PAGE_SIZE * D_QK)} pages)")
-        return self._kernel(tiling, inputs.s_q, inputs.h_q)
+        return self.runtime(tiling, self._kernel(tiling, inputs.s_q, inputs.h_q))
 
     def compile_only(self, problem, arch: str, tiling=None) -> dict:
         tiling = tiling or self.default_tiling(problem)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_var3.layers.mla import D_QK, D_V, PAGE_SIZE
+from mla_var3.layers.mla.decode import D_QK, D_V, PAGE_SIZE
 
 
 def _bmm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

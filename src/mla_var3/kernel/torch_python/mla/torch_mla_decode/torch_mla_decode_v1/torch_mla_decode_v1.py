@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling
+from mla_var3.runtime.runtime_kernel import RuntimeKernel
 from mla_var3.runtime.torch_kernel import TorchKernel
 
 from . import kernel
@@ -24,6 +26,7 @@ class TorchMlaDecodeV1(KernelPlan):
     name = "torch_mla_decode_v1"
     language = "torch"
     arch = ("any",)
+    problem_kind = MlaDecodeProblem
     Tiling = TorchMlaTiling
     summary = "PyTorch: gather pages, bf16 bmm -> fp32 scores, fp32 softmax, bf16 P·V"
 
@@ -33,8 +36,13 @@ class TorchMlaDecodeV1(KernelPlan):
     def autotune_configs(self, problem) -> list[TorchMlaTiling]:
         return [TorchMlaTiling(batch_chunk=c) for c in (8, 32, 128) if c <= max(problem.b, 8)]
 
-    def plan(self, inputs, tiling) -> TorchKernel:
-        return TorchKernel(self, tiling, kernel.mla_decode)
+    def example_bad_tilings(self) -> list[TorchMlaTiling]:
+        return [TorchMlaTiling(batch_chunk=0)]
+
+    def plan(self, inputs, tiling) -> RuntimeKernel:
+        def launch(inputs, outputs, workspace):
+            kernel.mla_decode(inputs, *outputs, tiling)
+        return self.runtime(tiling, TorchKernel(launch))
 
 
 Plan = TorchMlaDecodeV1

@@ -12,8 +12,6 @@ import functools
 import io
 from importlib import resources
 
-from mla_var3.layers import mla
-
 PEER_FILES = {"NVIDIA H200": "flashmla_h200.csv"}
 PEER_LABEL = "FlashMLA, measured 2026-11-29, not re-run"
 
@@ -25,7 +23,7 @@ def load(filename: str) -> tuple[dict, ...]:
     return tuple(rows)
 
 
-def match(problem: mla.MlaDecodeProblem, gpu_name: str) -> dict | None:
+def match(problem, gpu_name: str) -> dict | None:
     """The peer row for this problem on this GPU, or None."""
     fname = PEER_FILES.get(gpu_name)
     if fname is None or problem.seqlens is not None or problem.softmax_scale is not None:
@@ -38,18 +36,16 @@ def match(problem: mla.MlaDecodeProblem, gpu_name: str) -> dict | None:
     return None
 
 
-def peer_record(problem: mla.MlaDecodeProblem, device) -> dict | None:
-    """A record-shaped row (kind "peer") for tables, from the end-to-end time."""
+def peer_record(problem, device, flops_bytes) -> dict | None:
+    """A record-shaped row (kind "peer") for tables, from the end-to-end time;
+    `flops_bytes(seqlens)` counts the work at the peer's own (mean) lengths."""
     from mla_var3.runtime.roofline import roofline
     row = match(problem, device.name)
     if row is None:
         return None
-    mean = float(row["mean_seqlen"])
-    rows = problem.s_q * problem.h_q
-    flops = int(problem.b * rows * 2 * mean * (mla.D_QK + mla.D_V))
-    nbytes = int(2 * (problem.b * mean * mla.D_QK + problem.b * rows * (mla.D_QK + mla.D_V)))
+    flops, nbytes = flops_bytes([float(row["mean_seqlen"])] * problem.b)
     t = float(row["e2e_us"])
-    pt = roofline(flops, nbytes, t, device)
-    return {"kind": "peer", "kernel": PEER_LABEL, "problem_key": problem.key(),
+    pt = roofline(int(flops), int(nbytes), t, device)
+    return {"kind": "peer", "kernel": PEER_LABEL, "problem_key": problem.key(), "problem_kind": problem.kind,
             "time_us": {"median": t}, "tflops": pt.tflops, "gbps": pt.gbps, "pct_roofline": pt.pct_measured,
             "pct_datasheet": pt.pct_datasheet, "bound": pt.bound, "peer": dict(row)}

@@ -1,25 +1,28 @@
 """--prof_type=ncu|sanitize for the CLI: the outer run re-launches the CLI under the tool with
-the hidden `--prof_inner` flag; the inner run makes a few plain launches and exits.
+the hidden `--prof_inner` flag (and the problem as JSON); the inner run makes a few plain calls
+(every stage of each) and exits.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
-from mla_var3.layers import mla
+from mla_var3.cli.common import write_json
 from mla_var3.runtime import profiling
 
-SANITIZE_PROBLEM = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))
 INNER_TIMEOUT_S = 540
 
 
-def problem_flags(problem: mla.MlaDecodeProblem) -> list[str]:
-    flags = [f"--s_q={problem.s_q}", f"--h_q={problem.h_q}"]
-    if problem.seqlens is not None:
-        return flags + ["--seqlens=" + ",".join(map(str, problem.seqlens))]
-    flags += [f"--b={problem.b}", f"--seqlen={problem.seqlen}"]
-    return flags + (["--varlen"] if problem.varlen else [])
+def sanitize_problem(kind):
+    """A small problem of the kind (sanitizers run ~100x slower): its `sanitize` grid's first."""
+    return kind.grid("sanitize")[0] if "sanitize" in kind.grids else kind.default_problem()
+
+
+def inner_argv(name: str, problem, mode: str, seed: int) -> list[str]:
+    return [name, f"--problem_json={json.dumps(problem.to_dict(), separators=(',', ':'))}",
+            f"--seed={seed}", f"--prof_inner={mode}"]
 
 
 def choose_tiling(plan, problem):
@@ -28,26 +31,26 @@ def choose_tiling(plan, problem):
     return autotune.lookup(plan, problem, devices.current_device().name) or plan.default_tiling(problem)
 
 
-def run_inner(name: str, problem: mla.MlaDecodeProblem, mode: str, seed: int,
-              launches: int = profiling.DEFAULT_LAUNCHES) -> int:
-    """Inside ncu / compute-sanitizer: compile, warm up, then `launches` plain launches (no graph)
+def run_inner(name: str, problem, mode: str, seed: int, launches: int = profiling.DEFAULT_LAUNCHES) -> int:
+    """Inside ncu / compute-sanitizer: compile, warm up, then `launches` plain calls (no graph)
     inside the `:profile` NVTX range."""
     import torch
 
     from mla_var3.runtime import registry
     plan = registry.get_plan(name)
-    inputs = plan.prepare_inputs(problem, seed=seed, device="cuda")
+    inputs = problem.make_inputs(seed=seed, device="cuda")
     kern = plan.build(inputs, choose_tiling(plan, problem))
     cfg = kern.tiling.key()
-    out, lse = mla.make_outputs(inputs)
+    outputs = problem.make_outputs(inputs)
+    workspace = kern.prepare(inputs)
     with profiling.annotate(plan.name, cfg, "compile", force=True):
         kern.compile()
     with profiling.annotate(plan.name, cfg, "warmup", force=True):
-        kern.run(inputs, out, lse)
+        kern.launch(inputs, outputs, workspace)
     torch.cuda.synchronize()
     with profiling.annotate(plan.name, cfg, "profile", force=True):
         for _ in range(launches if mode == "ncu" else 1):
-            kern.run(inputs, out, lse)
+            kern.launch(inputs, outputs, workspace)
         torch.cuda.synchronize()
     print(f"mla_var3-inner: {plan.name} {cfg} {problem.key()} done")
     return 0
@@ -67,15 +70,15 @@ def save_tool_log(args, text: str) -> None:
             f.write(text)
 
 
-def cmd_ncu(names, problems, args) -> int:
+def cmd_ncu(names, problems, args, kind) -> int:
     from mla_var3.runtime import records, registry
-    problem = (problems or [mla.MlaDecodeProblem()])[0]
+    problem = (problems or [kind.default_problem()])[0]
     table, recs, rc = [], [], 0
     for name in names:
         plan = registry.get_plan(name)
         tiling = choose_tiling(plan, problem)
         prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
-        inner = [name, *problem_flags(problem), f"--seed={args.seed}", "--prof_inner=ncu"]
+        inner = inner_argv(name, problem, "ncu", args.seed)
         t0 = time.perf_counter()
         code, text = _run_tool(profiling.ncu_command(inner, prefix))
         rows = profiling.summarize_launches(profiling.parse_ncu_csv(text))
@@ -91,8 +94,7 @@ def cmd_ncu(names, problems, args) -> int:
         records.append(rec, args.records)
         recs.append(rec)
     print(format_ncu_table(table, problem))
-    from mla_var3.kernel.__main__ import write_json
-    write_json(args, recs)
+    write_json(args.json, recs)
     return rc
 
 
@@ -119,15 +121,15 @@ def format_ncu_table(rows: list[dict], problem) -> str:
     return "\n".join(out + [line(c) for c in cells])
 
 
-def cmd_sanitize(names, problems, args) -> int:
+def cmd_sanitize(names, problems, args, kind) -> int:
     from mla_var3.runtime import records, registry
-    problem = (problems or [SANITIZE_PROBLEM])[0]
+    problem = (problems or [sanitize_problem(kind)])[0]
     rc = 0
     for name in names:
         plan = registry.get_plan(name)
         results = {}
         for tool in profiling.SANITIZER_TOOLS:
-            inner = [name, *problem_flags(problem), f"--seed={args.seed}", "--prof_inner=sanitize"]
+            inner = inner_argv(name, problem, "sanitize", args.seed)
             code, text = _run_tool(profiling.sanitizer_command(tool, inner))
             save_tool_log(args, f"==== {name} {tool}\n{text}")
             res = profiling.parse_sanitizer(text)

@@ -1,16 +1,23 @@
-"""The MLA layer: DeepSeek-V3 absorbed MLA decode as FlashMLA defines it.
+"""MLA dense decode: DeepSeek-V3 absorbed MLA decode as FlashMLA defines it (`mla_decode`).
 
-Everything a kernel version needs to be checked and measured lives here, once: the problem,
-input generation (paged cache with pages in random order, NaN past each sequence's end),
-the float32 reference, FLOP/byte counts (FlashMLA's formulas, so numbers compare) and the
-named `check` and `bench` grids. Versions never redefine any of it.
+Everything a kernel version needs to be checked and measured lives here, once, behind the
+problem contract (layers/base.py): the problem, input generation (paged cache with pages in
+random order, NaN past each sequence's end), the float32 reference, FlashMLA's tolerances,
+FLOP/byte counts (FlashMLA's formulas, so numbers compare), the named `check` and `bench` grids
+and the CLI flags. Versions never redefine any of it.
 """
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
+
+from mla_var3.errors import InputError, ProblemError, UsageError
+from mla_var3.layers import compare as cmp
+from mla_var3.layers.base import Comparison, Problem, tensor_bytes
 
 D_QK = 576          # 512 latent + 64 rope
 D_V = 512           # values are the first 512 dims of the same cache rows
@@ -21,16 +28,51 @@ MAX_SEQLEN = 1 << 20
 MAX_BATCH = 4096
 
 
-class ProblemError(ValueError):
-    """A problem that is out of range or inconsistent; the message names the argument."""
+# FlashMLA's tolerances (tests/kernelkit/compare.py)
+OUT_ABS, OUT_REL, OUT_COS = 8e-4, 2.01 / 128, 5e-6
+LSE_ABS, LSE_REL = 1e-6, 8.01 / 65536
+PEAKED_OUT_REL_NORM = 5e-3
+DIMENSION_FLAGS = ("b", "s_q", "h_q", "seqlen")
 
 
 @dataclass(frozen=True)
-class MlaDecodeProblem:
+class MlaDecodeInputs:
+    q: torch.Tensor                 # [b, s_q, h_q, 576] bf16
+    kv_cache: torch.Tensor          # [num_blocks, 64, 1, 576] bf16
+    block_table: torch.Tensor       # [b, max_blocks] int32
+    cache_seqlens: torch.Tensor     # [b] int32
+    softmax_scale: float
+    seqlens: tuple[int, ...] = field(default=(), compare=False)   # host copy of cache_seqlens
+
+    @property
+    def b(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def s_q(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def h_q(self) -> int:
+        return self.q.shape[2]
+
+    def host_seqlens(self) -> tuple[int, ...]:
+        return self.seqlens or tuple(self.cache_seqlens.tolist())
+
+    def nbytes(self) -> int:
+        return tensor_bytes(self.q, self.kv_cache, self.block_table, self.cache_seqlens)
+
+
+@dataclass(frozen=True)
+class MlaDecodeProblem(Problem):
     """One decode call. `seqlen` is the mean length; `seqlens` (explicit) wins over it.
 
     varlen draws lengths as FlashMLA's test does: max(N(seqlen, seqlen/2), s_q) with the seed.
     """
+    kind: ClassVar[str] = "mla_decode"
+    layer: ClassVar[str] = "mla"
+    dists: ClassVar[tuple[str, ...]] = ("default", "peaked")
+
     b: int = 128
     s_q: int = 1
     h_q: int = 64
@@ -48,7 +90,7 @@ class MlaDecodeProblem:
         def need(ok: bool, msg: str):
             if not ok:
                 raise ProblemError(msg)
-        for name in ("b", "s_q", "h_q", "seqlen"):
+        for name in DIMENSION_FLAGS:
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), f"{name}: expected an int, got {v!r}")
         need(1 <= self.b <= MAX_BATCH, f"b: expected 1..{MAX_BATCH}, got {self.b}")
@@ -84,7 +126,6 @@ class MlaDecodeProblem:
         return [max(int(x), self.s_q) for x in drawn.tolist()]
 
     def key(self) -> str:
-        """A stable, readable label (records, caches, tables)."""
         if self.seqlens is not None:
             lens = "seqlens=" + ",".join(map(str, self.seqlens)) if len(self.seqlens) <= 8 else \
                 f"seqlens=explicit{len(self.seqlens)}(sum={sum(self.seqlens)})"
@@ -92,6 +133,9 @@ class MlaDecodeProblem:
             lens = f"seqlen={self.seqlen}" + (",varlen" if self.varlen else "")
         scale = "" if self.softmax_scale is None else f",scale={self.softmax_scale:g}"
         return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{scale}"
+
+    def static_key(self) -> str:
+        return f"s_q={self.s_q},h_q={self.h_q}"      # b and lengths are dynamic in every kernel
 
     def to_dict(self) -> dict:
         return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
@@ -106,34 +150,80 @@ class MlaDecodeProblem:
         return cls(b=d["b"], s_q=d["s_q"], h_q=d["h_q"], seqlen=d["seqlen"], varlen=d.get("varlen", False),
                    seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale)
 
+    # ---- data -------------------------------------------------------------------------------
+    def make_inputs(self, seed: int = 0, device="cpu", dist: str = "default",
+                    data_seed: int | None = None) -> MlaDecodeInputs:
+        if dist not in self.dists:
+            raise ProblemError(f"dist: expected one of {self.dists}, got {dist!r}")
+        return make_inputs(self, seed=seed, device=device, peaked=dist == "peaked", data_seed=data_seed)
 
-Problem = MlaDecodeProblem
+    @classmethod
+    def from_inputs(cls, inputs: MlaDecodeInputs) -> "MlaDecodeProblem":
+        seqlens = inputs.host_seqlens()
+        return cls(b=inputs.b, s_q=inputs.s_q, h_q=inputs.h_q, seqlen=max(seqlens, default=0),
+                   seqlens=tuple(seqlens), softmax_scale=inputs.softmax_scale)
 
+    @classmethod
+    def validate_inputs(cls, inputs, device_type: str | None = None) -> None:
+        validate_inputs(inputs, device_type)
 
-@dataclass(frozen=True)
-class MlaDecodeInputs:
-    q: torch.Tensor                 # [b, s_q, h_q, 576] bf16
-    kv_cache: torch.Tensor          # [num_blocks, 64, 1, 576] bf16
-    block_table: torch.Tensor       # [b, max_blocks] int32
-    cache_seqlens: torch.Tensor     # [b] int32
-    softmax_scale: float
-    seqlens: tuple[int, ...] = field(default=(), compare=False)   # host copy of cache_seqlens
+    def input_bytes(self, inputs: MlaDecodeInputs) -> int:
+        return inputs.nbytes()
 
-    @property
-    def b(self) -> int:
-        return self.q.shape[0]
+    def make_outputs(self, inputs: MlaDecodeInputs, fill: float = float("nan")) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out [b, s_q, h_q, 512] in q's dtype, lse [b, h_q, s_q] float32), filled with `fill`."""
+        return make_outputs(inputs, fill)
 
-    @property
-    def s_q(self) -> int:
-        return self.q.shape[1]
+    def reference(self, inputs: MlaDecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return reference(inputs)
 
-    @property
-    def h_q(self) -> int:
-        return self.q.shape[2]
+    def compare(self, outputs, reference, dist: str = "default") -> Comparison:
+        (out, lse), (ref_out, ref_lse) = outputs, reference
+        return compare(out, lse, ref_out, ref_lse, peaked=dist == "peaked")
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.q, self.kv_cache, self.block_table,
-                                                           self.cache_seqlens))
+    def flops_bytes(self, inputs: MlaDecodeInputs) -> tuple[int, int]:
+        return flops_bytes(self, list(inputs.host_seqlens()))
+
+    def input_facts(self, inputs: MlaDecodeInputs) -> dict:
+        lens = inputs.host_seqlens()
+        return {"mean_seqlen": sum(lens) / max(1, len(lens))}
+
+    def peer_records(self, device) -> list[dict]:
+        from mla_var3.layers.mla import peers
+        rec = peers.peer_record(self, device, lambda lens: flops_bytes(self, lens))
+        return [rec] if rec is not None else []
+
+    # ---- CLI --------------------------------------------------------------------------------
+    @classmethod
+    def default_problem(cls) -> "MlaDecodeProblem":
+        return cls()
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("MLA decode problem (mla_decode)")
+        g.add_argument("--b", type=int, dest="b", help="batch: sequences per call")
+        g.add_argument("--s_q", "--s", type=int, dest="s_q", help="query tokens per sequence (1..16)")
+        g.add_argument("--h_q", "--h", type=int, dest="h_q", help="query heads (1..128)")
+        g.add_argument("--seqlen", "--t", type=int, dest="seqlen", help="KV length (mean with --varlen)")
+        g.add_argument("--varlen", action="store_true", help="lengths ~ max(N(seqlen, seqlen/2), s_q)")
+        g.add_argument("--seqlens", type=str, help="explicit lengths, comma-separated (sets b)")
+
+    @classmethod
+    def from_cli(cls, args: argparse.Namespace) -> list["MlaDecodeProblem"] | None:
+        given = {k: getattr(args, k, None) for k in DIMENSION_FLAGS if getattr(args, k, None) is not None}
+        if getattr(args, "seqlens", None):
+            try:
+                lens = tuple(int(x) for x in args.seqlens.split(",") if x.strip())
+            except ValueError:
+                raise UsageError(f"--seqlens: expected comma-separated ints, got {args.seqlens!r}") from None
+            if "b" in given and given["b"] != len(lens):
+                raise ProblemError(f"--b={given['b']} but --seqlens gives {len(lens)} lengths")
+            given["b"] = len(lens)
+            given["seqlens"] = lens
+            given.setdefault("seqlen", max(lens, default=0))
+        if getattr(args, "varlen", False):
+            given["varlen"] = True
+        return [cls(**given)] if given else None
 
 
 def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.device = "cpu",
@@ -175,10 +265,6 @@ def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.de
                            softmax_scale=problem.scale, seqlens=tuple(seqlens))
 
 
-class InputError(ValueError):
-    """Inputs that break the contract (dtype, shape, device); the message names the tensor."""
-
-
 def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> None:
     """Check inputs against the contract before any kernel sees them.
 
@@ -186,6 +272,7 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
     def need(ok: bool, msg: str):
         if not ok:
             raise InputError(msg)
+    need(isinstance(inputs, MlaDecodeInputs), f"inputs: expected MlaDecodeInputs, got {type(inputs).__name__}")
     q, kv, bt, sl = inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens
     for name, t in (("q", q), ("kv_cache", kv), ("block_table", bt), ("cache_seqlens", sl)):
         need(isinstance(t, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -245,8 +332,7 @@ def reference(inputs: MlaDecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
     dev = inputs.q.device
     out = torch.zeros(b, s_q, h_q, D_V, dtype=torch.float32, device=dev)
     lse = torch.full((b, h_q, s_q), float("inf"), dtype=torch.float32, device=dev)
-    seqlens = inputs.seqlens or tuple(inputs.cache_seqlens.tolist())
-    for i, s in enumerate(seqlens):
+    for i, s in enumerate(inputs.host_seqlens()):
         if s == 0:
             continue
         k = _gather_keys(inputs, i, s)                                # [s, 576]
@@ -261,6 +347,40 @@ def reference(inputs: MlaDecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         out[i] = torch.einsum("thk,kd->thd", p, k[:, :D_V])
         lse[i] = torch.where(torch.isneginf(row_lse), torch.inf, row_lse).T
     return out, lse
+
+
+def compare(out: torch.Tensor, lse: torch.Tensor, ref_out: torch.Tensor, ref_lse: torch.Tensor,
+            peaked: bool = False) -> Comparison:
+    """A kernel's (out, lse) against the float32 reference's, with FlashMLA's tolerances: out
+    against the reference rounded to out's dtype (element abs OR rel, plus cosine difference;
+    on the peaked set the relative norm error), lse element-wise; inf/NaN positions must match."""
+    if tuple(out.shape) != tuple(ref_out.shape) or tuple(lse.shape) != tuple(ref_lse.shape):
+        return Comparison(False, f"shape: out {list(out.shape)} vs {list(ref_out.shape)}, "
+                                 f"lse {list(lse.shape)} vs {list(ref_lse.shape)}")
+    ref_out_q = ref_out.to(out.dtype).float()      # the reference rounded as the kernel's output is
+    out_f = out.float()
+    for name, a, b in (("out", out_f, ref_out_q), ("lse", lse.float(), ref_lse.float())):
+        msg = cmp.special_positions_match(a, b)
+        if msg:
+            return Comparison(False, f"{name}: {msg}")
+    errors = {}
+    lse_ok, errors["lse_max_abs"], errors["lse_worst_rel"] = cmp.elementwise(lse.float(), ref_lse.float(),
+                                                                             LSE_ABS, LSE_REL)
+    if peaked:
+        errors["out_rel_norm"] = cmp.rel_norm_error(out_f, ref_out)
+        out_ok = errors["out_rel_norm"] <= PEAKED_OUT_REL_NORM
+        why = f"out relative norm error {errors['out_rel_norm']:.3g} > {PEAKED_OUT_REL_NORM}"
+    else:
+        elem_ok, errors["out_max_abs"], errors["out_worst_rel"] = cmp.elementwise(out_f, ref_out_q, OUT_ABS, OUT_REL)
+        errors["out_cos_diff"] = cmp.cosine_diff(out_f, ref_out_q)
+        out_ok = elem_ok and errors["out_cos_diff"] <= OUT_COS
+        why = (f"out max abs {errors['out_max_abs']:.3g} / rel {errors['out_worst_rel']:.3g} "
+               f"(tol {OUT_ABS} or {OUT_REL:.4g}), cos diff {errors['out_cos_diff']:.3g} (tol {OUT_COS})")
+    reasons = [] if out_ok else [why]
+    if not lse_ok:
+        reasons.append(f"lse max abs {errors['lse_max_abs']:.3g} / rel {errors['lse_worst_rel']:.3g} "
+                       f"(tol {LSE_ABS} or {LSE_REL:.3g})")
+    return Comparison(not reasons, "; ".join(reasons), errors)
 
 
 def flops_bytes(problem: MlaDecodeProblem, seqlens: list[int] | None = None) -> tuple[int, int]:
@@ -305,14 +425,14 @@ def _smoke_grid() -> list[MlaDecodeProblem]:
             MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(1, 63))]
 
 
-GRIDS = {"check": _check_grid, "bench": _bench_grid, "smoke": _smoke_grid}
+def _sanitize_grid() -> list[MlaDecodeProblem]:
+    """compute-sanitizer's problem: small (it runs ~100x slower), causal, a ragged last page."""
+    return [MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))]
+
+
+MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "smoke": _smoke_grid,
+                          "sanitize": _sanitize_grid}
 
 
 def grid(name: str) -> list[MlaDecodeProblem]:
-    if name not in GRIDS:
-        raise ProblemError(f"grid: unknown grid {name!r}; expected one of {sorted(GRIDS)}")
-    return GRIDS[name]()
-
-
-def with_seqlens(problem: MlaDecodeProblem, seqlens) -> MlaDecodeProblem:
-    return replace(problem, seqlens=tuple(seqlens), varlen=False, b=len(seqlens))
+    return MlaDecodeProblem.grid(name)

@@ -1,0 +1,283 @@
+"""The kernel CLI: python -m mla_var3.kernel ...
+
+    list                                         versions, language, problem kind, arch, status
+    <name> --check                               correctness on the check grid (or the given problem)
+    <name> --b=128 --s_q=1 --h_q=64 --seqlen=4096 [--varlen] [--seed=0]    benchmark one problem
+    <name> --grid=bench                          benchmark a named grid
+    <name> --compare=<a>,<b>|all                 <name> first = the baseline
+    <name> --compile-only --arch=sm_90a          no GPU needed
+    --json=PATH  --records=DIR (default runs/)  --devlog [--docs-dir DIR]
+    --prof_type=disabled|annotation|ncu|sanitize
+The dimension flags (--b, --h_q, ...) are those of the kernel's problem kind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from mla_var3.cli.common import write_json
+from mla_var3.errors import DeviceError, UsageError, guarded
+
+PROF_TYPES = ("disabled", "annotation", "ncu", "sanitize")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):            # one line, exit code 2, no usage dump
+        raise UsageError(message)
+
+
+def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
+    """The generic flags plus the dimension flags of `kinds` (the kernel's problem kind).
+    `pre`: the lenient first pass that only looks for the kernel name."""
+    ap = _Parser(prog="python -m mla_var3.kernel", description=__doc__, add_help=not pre,
+                 formatter_class=argparse.RawDescriptionHelpFormatter, conflict_handler="resolve")
+    ap.add_argument("name", nargs="?" if pre else None,
+                    help="'list', a design (newest version) or a version (design_vN)")
+    ap.add_argument("--check", action="store_true", help="correctness against the float32 reference")
+    ap.add_argument("--seed", type=int, default=0)
+    grids = sorted({g for k in kinds for g in k.grids})
+    ap.add_argument("--grid", choices=grids or None, help="a named problem grid of the problem kind")
+    ap.add_argument("--compare", type=str, help="other kernels, comma-separated, or 'all'")
+    ap.add_argument("--compile-only", action="store_true", dest="compile_only")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--json", type=str, help="write the results as JSON here")
+    ap.add_argument("--records", type=str, default="runs", help="append run records here (default runs/)")
+    ap.add_argument("--devlog", action="store_true",
+                    help="write the measured table into <docs>/kernels/<design>.md (from --records)")
+    ap.add_argument("--docs-dir", dest="docs_dir",
+                    help="where the docs live (default: docs/ of the current git checkout)")
+    ap.add_argument("--prof_type", choices=PROF_TYPES, default="disabled",
+                    help="annotation: NVTX ranges kernel:config:phase; ncu: metrics per launched kernel; "
+                         "sanitize: compute-sanitizer memcheck + racecheck on a small problem")
+    ap.add_argument("--prof_inner", choices=("ncu", "sanitize"), help=argparse.SUPPRESS)
+    ap.add_argument("--problem_json", help=argparse.SUPPRESS)       # the inner profiling run's problem
+    ap.add_argument("--tool-log", dest="tool_log", help="append ncu's / compute-sanitizer's raw output here")
+    ap.add_argument("--autotune", action="store_true", help="autotune the tiling before benchmarking")
+    ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
+    for kind in kinds:
+        kind.add_cli_args(ap)
+    return ap
+
+
+def _all_kinds() -> list[type]:
+    from mla_var3.layers import KINDS, problem_kind
+    return [problem_kind(k) for k in KINDS]
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, type | None]:
+    """Two passes: find the kernel name (knowing every kind's flags, so `--b 4 name` parses),
+    then parse strictly with the flags of that kernel's problem kind."""
+    known, _ = build_parser(_all_kinds(), pre=True).parse_known_args(argv)
+    if not known.name or known.name == "list":
+        return build_parser(_all_kinds()).parse_args(argv), None
+    from mla_var3.runtime import registry
+    kind = registry.get_plan(known.name).problem_kind
+    return build_parser([kind]).parse_args(argv), kind
+
+
+def kernel_names(args, kind) -> list[str]:
+    from mla_var3.runtime import registry
+    first = registry.resolve(args.name).name
+    names = [first]
+    if args.compare is not None:
+        if args.compare == "all":
+            names += [e.name for e in registry.newest_entries()
+                      if e.name != first and e.load().problem_kind is kind]
+        else:
+            others = [n.strip() for n in args.compare.split(",") if n.strip()]
+            if not others:
+                raise UsageError(f"--compare: expected kernel names or 'all', got {args.compare!r}")
+            for n in others:
+                plan = registry.get_plan(n)
+                if plan.problem_kind is not kind:
+                    raise UsageError(f"--compare: {plan.name} solves {plan.problem_kind.kind}, "
+                                     f"{first} solves {kind.kind}")
+                names.append(plan.name)
+    return list(dict.fromkeys(names))
+
+
+def cmd_list() -> int:
+    from mla_var3.runtime import devices, registry
+    here = devices.current_device() if devices.cuda_available() else None
+    print(f"{'version':28} {'language':9} {'problem':11} {'arch':10} status")
+    for e in registry.all_entries():
+        try:
+            plan = e.load()
+            arch, kind = ",".join(plan.arch), plan.problem_kind.kind
+            if here is not None:
+                status = "runs here" if devices.arch_supported(plan.arch, here.arch) else f"needs {arch}"
+            else:
+                status = "runs on cpu" if plan.language == "torch" else f"needs a GPU ({arch})"
+            summary = plan.summary
+        except Exception as ex:  # a broken version must not hide the others
+            arch, kind, status, summary = "?", "?", f"import failed: {type(ex).__name__}: {ex}", ""
+        print(f"{e.name:28} {e.language:9} {kind:11} {arch:10} {status}" + (f"  - {summary}" if summary else ""))
+    return 0
+
+
+def compile_shapes(problems) -> list:
+    """One problem per distinct static key (what a compile depends on)."""
+    seen = {}
+    for p in problems:
+        seen.setdefault(p.static_key(), p)
+    return list(seen.values())
+
+
+def cmd_compile_only(names, problems, args, kind) -> int:
+    from mla_var3.runtime import devices, registry
+    devices.check_arch_name(args.arch)
+    shapes = compile_shapes(problems or kind.grid("check"))
+    failed = 0
+    for name in names:
+        plan = registry.get_plan(name)
+        if not devices.arch_supported(plan.arch, args.arch):
+            print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
+            continue
+        for p in shapes:
+            label = f"{name} {p.static_key()}"
+            reasons = plan.supports(p)
+            if reasons:
+                print(f"{label}: skipped, {'; '.join(reasons)}")
+                continue
+            t0 = time.perf_counter()
+            try:
+                info = plan.compile_only(p, args.arch)
+            except Exception as ex:
+                failed += 1
+                print(f"{label}: FAILED {type(ex).__name__}: {str(ex).splitlines()[0] if str(ex) else ''}")
+                continue
+            what = "compiled" if info.get("compiled") else info.get("reason", "nothing to compile")
+            extra = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("compiled", "reason"))
+            print(f"{label} [{args.arch}]: {what} in {time.perf_counter() - t0:.2f}s" + (f" ({extra})" if extra else ""))
+    return 1 if failed else 0
+
+
+def pick_device(args, plan) -> str:
+    from mla_var3.runtime import devices
+    if args.device:
+        if args.device == "cpu" and plan.language != "torch":
+            raise UsageError(f"--device=cpu: {plan.name} is a {plan.language} kernel and needs a GPU")
+        return args.device
+    if devices.cuda_available():
+        return "cuda"
+    if plan.language == "torch":
+        return "cpu"
+    raise DeviceError(f"{plan.name} needs a GPU ({','.join(plan.arch)}) and none is visible; "
+                      f"use --compile-only --arch=sm_90a here")
+
+
+def cmd_check(names, problems, args, kind) -> int:
+    from mla_var3 import jobs
+    from mla_var3.runtime import records, registry
+    grid = None if problems else (args.grid or "check")
+    problems = problems or kind.grid(grid)
+    seeds = (args.seed, args.seed + 1)
+    all_ok, out = True, []
+    for name in names:
+        plan = registry.get_plan(name)
+        device = pick_device(args, plan)
+
+        def show(problem, res, name=name):
+            if res.status == "skip":
+                print(f"SKIP {name} {res.problem_key}  <- {res.reason}")
+                return
+            errs = ", ".join(f"{k}={v:.3g}" for k, v in res.errors.items())
+            dist = "" if res.dist == kind.dists[0] else f" {res.dist}"
+            print(f"{res.status.upper()} {name} {res.problem_key} seed={res.seed}{dist}  {errs}"
+                  + (f"  <- {res.reason}" if res.status == "fail" else ""))
+        t0 = time.perf_counter()
+        rec, results = jobs.check_record(plan, problems, seeds=seeds, extra_seeds=(args.seed,), device=device,
+                                         grid=grid, on_result=show)
+        records.append(rec, args.records)
+        out.append(rec)
+        all_ok &= rec["passed"]
+        e = rec["errors"]
+        ran = e["total"] - e["skipped"]
+        print(f"{name}: {'PASSED' if rec['passed'] else 'FAILED'} {ran - e['failed']}/{ran} cases on "
+              f"{len(problems)} problems" + (f", {e['skipped']} skipped" if e["skipped"] else "")
+              + f" ({device}, {time.perf_counter() - t0:.1f}s)")
+    write_json(args.json, out)
+    return 0 if all_ok else 1
+
+
+def cmd_bench(names, problems, args, kind) -> int:
+    from mla_var3 import jobs, report
+    from mla_var3.runtime import devices, records, registry
+    device = devices.current_device()
+    problems = problems or (kind.grid(args.grid) if args.grid else [kind.default_problem()])
+    recs = []
+    for problem in problems:
+        for name in names:
+            plan = registry.get_plan(name)
+            reasons = plan.supports(problem)
+            if reasons:
+                print(f"  {name:26} {problem.key():44} skipped: {'; '.join(reasons)}")
+                continue
+            rec = jobs.bench_record(plan, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune)
+            records.append(rec, args.records)
+            recs.append(rec)
+            print(f"  {name:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
+        if args.compare:
+            recs += problem.peer_records(device)
+    print()
+    print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))
+    write_json(args.json, [r for r in recs if r["kind"] == "bench"])
+    return 0
+
+
+def cmd_devlog(names, args, docs) -> int:
+    from pathlib import Path
+
+    from mla_var3.cli import devlog
+    from mla_var3.runtime import records, registry
+    recs = records.load(args.records) if Path(args.records).exists() else []
+    devlog.write_devlog(registry.resolve(names[0]), names, recs, docs)
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    args, kind = parse(argv)
+    if args.name == "list":
+        return cmd_list()
+    problems = kind.from_cli(args)
+    if problems and args.grid:
+        raise UsageError("--grid: give a named grid or problem flags, not both")
+    names = kernel_names(args, kind)
+    docs = None
+    if args.devlog:                       # where it goes is checked before any work
+        from mla_var3.cli import devlog
+        docs = devlog.docs_dir(args.docs_dir)
+    from mla_var3.cli import profile
+    from mla_var3.runtime import devices, profiling
+    if args.prof_inner:
+        problem = kind.from_dict(json.loads(args.problem_json)) if args.problem_json else kind.default_problem()
+        return profile.run_inner(names[0], problem, args.prof_inner, args.seed)
+    if args.prof_type == "ncu":
+        return profile.cmd_ncu(names, problems, args, kind)
+    if args.prof_type == "sanitize":
+        return profile.cmd_sanitize(names, problems, args, kind)
+    if args.prof_type == "annotation":
+        profiling.enable_annotation()
+        print("annotation: NVTX ranges <kernel>:<config>:<phase>; to record them:\n  "
+              + profiling.nsys_command(list(argv)))
+    if args.compile_only:
+        return cmd_compile_only(names, problems, args, kind)
+    if args.check:
+        return cmd_check(names, problems, args, kind)
+    if args.devlog and not devices.cuda_available():
+        return cmd_devlog(names, args, docs)          # from records brought back from the GPU
+    rc = cmd_bench(names, problems, args, kind)
+    if args.devlog:
+        rc = rc or cmd_devlog(names, args, docs)
+    return rc
+
+
+def main(argv=None) -> int:
+    return guarded(run, sys.argv[1:] if argv is None else list(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

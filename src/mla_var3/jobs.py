@@ -1,0 +1,51 @@
+"""The two jobs every front end runs: check one plan, bench one (plan, problem).
+
+The kernel CLI and the sweep both call these, so a sweep's record and a CLI run's record are
+made by the same code. Each returns a validated record; the caller decides where it goes
+(`records.append` into a directory, or a sweep worker's own file).
+"""
+from __future__ import annotations
+
+from mla_var3.runtime import autotune, bench, check, records
+
+
+def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 50.0):
+    """What a benchmark of `problem` runs: a fresh autotune when asked, else the cached or
+    committed winner, else None (the plan's default)."""
+    if tune:
+        return autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0)).best
+    return autotune.lookup(plan, problem, device.name)
+
+
+def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0, tune: bool = False,
+                 **extra) -> dict:
+    """Benchmark one plan on one problem (every stage of the call) and return its record."""
+    from mla_var3.runtime import devices
+    devices.require_arch(plan.name, plan.arch, device)
+    reasons = plan.supports(problem)
+    if reasons:
+        from mla_var3.errors import PlanError
+        raise PlanError(f"{plan.name} does not support {problem.key()}: " + "; ".join(reasons))
+    tiling = choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)
+    fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=seed, rep_ms=rep_ms)
+    rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)
+    records.validate_record(rec)
+    return rec
+
+
+def check_record(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = "cuda",
+                 grid: str | None = None, on_result=None) -> tuple[dict, list]:
+    """Check one plan on `problems` (a named `grid`, or one problem); returns (record, outcomes).
+    The record passes when nothing failed; skipped problems are counted, not hidden."""
+    results = check.check_plan(plan, problems, seeds=seeds, extra_seeds=extra_seeds, device=device,
+                               on_result=on_result)
+    n_fail = sum(r.status == "fail" for r in results)
+    n_skip = sum(r.status == "skip" for r in results)
+    single = grid is None and len(problems) == 1
+    rec = records.make_record("check", plan, None, problems[0] if single else None,
+                              grid=None if single else (grid or "custom"), passed=n_fail == 0,
+                              seeds=list(seeds), device=device,
+                              errors={"failed": n_fail, "skipped": n_skip, "total": len(results)},
+                              problems=[p.key() for p in problems], cases=[r.to_dict() for r in results])
+    records.validate_record(rec)
+    return rec, results

@@ -1,0 +1,1 @@
+"""The MLA layer: dense decode (decode.py), FlashMLA peer rows (peers.py)."""

@@ -1,0 +1,78 @@
+"""RuntimeKernel: what a plan returns - a sequence of stages (launches) plus a workspace.
+
+One call of a kernel version may need several launches: a split-KV decode computes a schedule,
+runs the split kernel into partial results and combines them. Each launch is a `Stage`
+(CuteKernel, CtKernel, TorchKernel); the runtime kernel runs them in order on the current
+stream. Buffers the stages share (partials, schedule) form the `Workspace`: `prepare(inputs)`
+allocates it once per shape, outside any timed region, sized for the worst case of that shape.
+Anything that depends on the *values* of the inputs (lengths) must be computed on the device by
+a stage into those fixed buffers, so a CUDA graph replayed with new values stays correct.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from mla_var3.errors import PlanError
+
+
+class Workspace(dict):
+    """Named device buffers one call needs besides its inputs and outputs."""
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.values() if hasattr(t, "element_size"))
+
+
+class Stage:
+    """One launch of a call. Subclasses: CuteKernel, CtKernel, TorchKernel."""
+
+    name: str = "main"
+
+    def compile(self):
+        """Compile ahead of the first launch (no-op where there is nothing to compile)."""
+        return None
+
+    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"stage": self.name, "type": type(self).__name__}
+
+
+class RuntimeKernel:
+    """A plan's runnable call: `stages` in order, `workspace(inputs) -> dict` of buffers.
+
+    prepare(inputs)                       -> Workspace (once per shape, outside the timed region)
+    launch(inputs, outputs, workspace)    every stage, on the current stream (what the bench times)
+    run(inputs)                           convenience: NaN-poisoned outputs, prepare, launch
+    """
+
+    def __init__(self, plan, tiling, stages: list[Stage], *, workspace: Callable | None = None, problem=None):
+        if not stages:
+            raise PlanError(f"{getattr(plan, 'name', 'kernel')}: a runtime kernel needs at least one stage")
+        names = [s.name for s in stages]
+        if len(set(names)) != len(names):
+            raise PlanError(f"stages: names must be unique within a call, got {names}")
+        self.plan, self.tiling, self.stages = plan, tiling, list(stages)
+        self.workspace_fn = workspace
+        self.problem = problem            # the problem it was built for (set by KernelPlan.build)
+
+    def compile(self) -> None:
+        for stage in self.stages:
+            stage.compile()
+
+    def prepare(self, inputs) -> Workspace:
+        return Workspace(self.workspace_fn(inputs) if self.workspace_fn is not None else {})
+
+    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> None:
+        for stage in self.stages:
+            stage.launch(inputs, outputs, workspace)
+
+    def run(self, inputs, outputs: tuple | None = None, workspace: Workspace | None = None) -> tuple:
+        if outputs is None:
+            problem = self.problem or self.plan.problem_kind.from_inputs(inputs)
+            outputs = problem.make_outputs(inputs, fill=float("nan"))
+        self.launch(inputs, outputs, self.prepare(inputs) if workspace is None else workspace)
+        return outputs
+
+    def describe(self) -> dict:
+        return {**self.plan.describe(), "tiling": self.tiling.key(), "stages": [s.describe() for s in self.stages]}
