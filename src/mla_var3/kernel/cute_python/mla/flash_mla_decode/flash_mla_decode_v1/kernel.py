@@ -26,7 +26,7 @@ Tiling
 Shared memory: sQ 72 KB + sK 2 x 72 KB (128B-swizzled, K-major) + 3 mbarriers = ~217 KB, one CTA
 per SM.
 
-Correctness rules (see layers/mla.py)
+Correctness rules (see layers/mla/decode.py)
 - Only pages 0 .. cdiv(seqlen, 64) - 1 of a sequence are read: block_table entries past it hold
   2147480000 and pages past it are NaN.
 - The last page's rows past seqlen are NaN. P = 0 is not enough there (0 * NaN = NaN in P.V), so
