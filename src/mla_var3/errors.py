@@ -56,3 +56,7 @@ def guarded(fn, *args, **kw) -> int:
     except MlaVar3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:            # `... | head` closed the pipe: not an error of the run
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
