@@ -220,3 +220,10 @@ def test_check_records_name_their_grid():
     assert rec["problem_key"] == "grid=check" and rec["problem"] == {"grid": "check"}
     with pytest.raises(records.RecordError, match="problem or the grid"):
         records.make_record("check", plan, None, None, passed=True, seeds=[0], errors={})
+
+
+def test_report_on_missing_records_is_one_line(tmp_path, capsys):
+    from mla_var3 import report
+    assert report.main(["--records", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: records:") and "does not exist" in err and len(err.splitlines()) == 1

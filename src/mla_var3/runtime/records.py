@@ -139,6 +139,8 @@ def load(paths) -> list[dict]:
     out = []
     for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
         p = Path(p)
+        if not p.exists():
+            raise RecordError(f"records: {p} does not exist (expected a records.jsonl file or a directory of them)")
         files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
         for f in files:
             for line in f.read_text().splitlines():
