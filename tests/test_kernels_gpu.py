@@ -57,3 +57,35 @@ def test_autotune_records_failures_and_caches_the_winner(tmp_path, monkeypatch):
     assert res.best == T(batch_chunk=16) and res.best_us > 0
     again = autotune.autotune(plan, problem, configs=[T(batch_chunk=16)])
     assert again.cached and again.best == T(batch_chunk=16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ENTRIES)
+def test_cuda_graph_replay_with_new_lengths(name):
+    """Capture one call, change the lengths in place (same shapes), replay: the answer must follow
+    the new lengths (a schedule computed on the host at capture time would not)."""
+    import dataclasses
+
+    import torch
+    plan = registry.get_plan(name)
+    if not devices.arch_supported(plan.arch, devices.current_device().arch):
+        pytest.skip(f"{name} needs {plan.arch}")
+    problem = mla.MlaDecodeProblem(b=3, s_q=2, h_q=64, seqlens=(900, 900, 900))
+    inputs = problem.make_inputs(seed=0, device="cuda")
+    kern = plan.build(inputs)
+    kern.compile()
+    outputs, ws = problem.make_outputs(inputs), kern.prepare(inputs)
+    kern.launch(inputs, outputs, ws)                     # warm up outside the graph
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kern.launch(inputs, outputs, ws)
+    new_lens = (37, 900, 513)
+    inputs.cache_seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+    for t in outputs:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = dataclasses.replace(inputs, seqlens=new_lens)
+    cmp = problem.compare(outputs, problem.reference(replayed))
+    assert cmp.passed, cmp.reason

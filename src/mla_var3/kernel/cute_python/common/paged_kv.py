@@ -1,0 +1,44 @@
+"""Loading a paged latent cache tile by tile with TMA, shared by CuTe DSL versions.
+
+The cache [pages, 64, 576] is viewed as (64 rows, 576 cols, pages) and cut into 64x64 boxes,
+so a page id from the block table is just the TMA coordinate of the rest mode; one tile is
+`n_chunks` boxes landing on one mbarrier. Rows past a sequence's end inside its last page are
+NaN in the cache: `zero_tail_rows` clears them in shared memory before any wgmma reads them,
+since P = 0 is not enough there (0 * NaN = NaN in P V).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.jit
+def expect_tile(bar, tile_bytes: cutlass.Constexpr[int]):
+    """Arm `bar` for one tile of `tile_bytes` (one elected lane of the calling warp)."""
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(bar, tile_bytes)
+
+
+@cute.jit
+def load_tile(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bar, coord,
+              first_slot: cutlass.Int32, n_chunks: cutlass.Constexpr[int]):
+    """Issue the `n_chunks` boxes of one tile: box c of `src` at `(0, c, coord)` into smem slot
+    `first_slot + c`, all on `bar`. Called by one whole warp (cute.copy elects its own lane)."""
+    for c in cutlass.range_constexpr(n_chunks):
+        cute.copy(tma, src[(None, (0, c, coord))], dst[(None, first_slot + c)], tma_bar_ptr=bar)
+
+
+@cute.jit
+def zero_tail_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, tidx: cutlass.Int32,
+                   num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
+                   d: cutlass.Constexpr[int], box: cutlass.Constexpr[int]):
+    """Zero rows tail..rows-1 (all d columns) of the K tile in `stage` of sK (chunk (stage, c) at
+    index stage * d/box + c), then make the writes visible to the async proxy (wgmma) and
+    synchronize the CTA. Every thread of the CTA calls it."""
+    n_zero = (rows - tail) * d
+    for i in cutlass.range(tidx, n_zero, num_threads, unroll=1):
+        r = tail + i // d
+        col = i % d
+        sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
+    cute.arch.fence_proxy("async.shared", space="cta")
+    cute.arch.sync_threads()
