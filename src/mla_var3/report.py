@@ -78,6 +78,20 @@ def peer_rows(recs: list[dict]) -> list[dict]:
     return out
 
 
+def in_grid(recs: list[dict], grid: str) -> list[dict]:
+    """The records whose problem is in the named grid of its problem kind."""
+    from mla_var3.layers import problem_kind
+    keys: dict[str, set] = {}
+    out = []
+    for r in recs:
+        kind = r.get("problem_kind", "mla_decode")
+        if kind not in keys:
+            keys[kind] = {p.key() for p in problem_kind(kind).grid(grid)}
+        if r.get("problem_key") in keys[kind]:
+            out.append(r)
+    return out
+
+
 def ceilings_text(gpu: str | None) -> str:
     """'bf16 771 TFLOP/s, 4.27 TB/s' from devices.json (measured where we measured)."""
     from mla_var3.runtime import devices
@@ -133,6 +147,8 @@ def _main(argv=None) -> int:
     ap.add_argument("--out", default="docs/kernels", help="where --plots writes <design>_roofline.png and "
                                                           "<design>_progress.png (default: docs/kernels)")
     ap.add_argument("--plots", action="store_true", help="also write the roofline and progress PNGs")
+    ap.add_argument("--grid", help="only the problems of this named grid of the records' problem kind "
+                                   "(e.g. bench), so other runs do not enter the plots' medians")
     ap.add_argument("--peers", action="store_true", help="add the measured peer rows (FlashMLA) for these problems")
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
@@ -140,6 +156,8 @@ def _main(argv=None) -> int:
     recs = records.load(args.records)
     if args.kernel:
         recs = [r for r in recs if r["kernel"] in args.kernel]
+    if args.grid:
+        recs = in_grid(recs, args.grid)
     if args.peers:
         recs = recs + peer_rows(recs)
     print(run_context(recs))
