@@ -133,7 +133,7 @@ def test_registry_finds_versions_and_resolves_designs():
     assert plan.language == "torch" and plan.layer == "mla" and plan.design == "torch_mla_decode"
     for e in registry.all_entries():
         plan = e.load()
-        assert plan.name == e.name and plan.arch and plan.language in ("cute-dsl", "cutile", "torch")
+        assert plan.name == e.name and plan.arch and plan.language in ("cute-dsl", "cutile", "torch", "peer")
     with pytest.raises(registry.RegistryError, match="unknown kernel 'nope'"):
         registry.resolve("nope")
     assert split_version("flash_mla_decode_v12") == ("flash_mla_decode", 12)

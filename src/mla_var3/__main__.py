@@ -41,8 +41,13 @@ def main() -> int:
         print("needs a GPU (skipped here): running the CuTe DSL/cuTile kernels, --check on the check grid, "
               "benchmarks, autotune and pytest -m gpu — run them on an sm_90a GPU (H200/H100).")
         return rc
-    runnable = [e.name for e in registry.all_entries()
-                if devices.arch_supported(e.load().arch, devices.current_device().arch)]
+    runnable = []
+    for e in registry.all_entries():
+        missing = e.load().unavailable()
+        if missing:
+            print(f"{e.name}: skipped, {missing}")
+        elif devices.arch_supported(e.load().arch, devices.current_device().arch):
+            runnable.append(e.name)
     print("== GPU: check grid, then a side-by-side benchmark")
     for name in runnable:
         rc |= cli([name, "--check"])

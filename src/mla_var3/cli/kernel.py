@@ -84,8 +84,14 @@ def kernel_names(args, kind) -> list[str]:
     names = [first]
     if args.compare is not None:
         if args.compare == "all":
-            names += [e.name for e in registry.newest_entries()
-                      if e.name != first and e.load().problem_kind is kind]
+            for e in registry.newest_entries():
+                if e.name == first or e.load().problem_kind is not kind:
+                    continue
+                missing = e.load().unavailable()
+                if missing:              # an unbuilt peer: say so, compare the rest
+                    print(f"--compare=all: skipping {e.name}: {missing}")
+                    continue
+                names.append(e.name)
         else:
             others = [n.strip() for n in args.compare.split(",") if n.strip()]
             if not others:
@@ -107,7 +113,10 @@ def cmd_list() -> int:
         try:
             plan = e.load()
             arch, kind = ",".join(plan.arch), plan.problem_kind.kind
-            if here is not None:
+            missing = plan.unavailable()
+            if missing:
+                status = f"unavailable: {missing}"
+            elif here is not None:
                 status = "runs here" if devices.arch_supported(plan.arch, here.arch) else f"needs {arch}"
             else:
                 status = "runs on cpu" if plan.language == "torch" else f"needs a GPU ({arch})"
@@ -116,6 +125,16 @@ def cmd_list() -> int:
             arch, kind, status, summary = "?", "?", f"import failed: {type(ex).__name__}: {ex}", ""
         print(f"{e.name:28} {e.language:9} {kind:11} {arch:10} {status}" + (f"  - {summary}" if summary else ""))
     return 0
+
+
+def require_available(names) -> None:
+    """Refuse before any work when a named kernel cannot run in this checkout (an unbuilt peer)."""
+    from mla_var3.errors import PlanError
+    from mla_var3.runtime import registry
+    for name in names:
+        missing = registry.get_plan(name).unavailable()
+        if missing:
+            raise PlanError(f"{name} is unavailable: {missing}")
 
 
 def compile_shapes(problems) -> list:
@@ -252,6 +271,8 @@ def run(argv: list[str]) -> int:
         docs = devlog.docs_dir(args.docs_dir)
     from mla_var3.cli import profile
     from mla_var3.runtime import devices, profiling
+    if not args.compile_only and not (args.devlog and not devices.cuda_available()):
+        require_available(names)          # what runs must exist; compile-only and devlog-from-records need nothing
     if args.prof_inner:
         problem = kind.from_dict(json.loads(args.problem_json)) if args.problem_json else kind.default_problem()
         return profile.run_inner(names[0], problem, args.prof_inner, args.seed)

@@ -42,6 +42,8 @@ def source_hash(plan) -> str:
 
 
 def dsl_version(plan) -> str:
+    if plan.language == "peer":       # an outside library at a pinned commit (plan.upstream)
+        return f"{plan.upstream or plan.name}+torch=={records.package_versions().get('torch')}"
     pkg = {"cute-dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile"}.get(plan.language, "torch")
     return f"{pkg}=={records.package_versions().get(pkg)}"
 

@@ -65,6 +65,7 @@ class KernelPlan:
     problem_kind: ClassVar[type]            # the Problem class it solves (layers/)
     Tiling: ClassVar[type] = Tiling
     summary: ClassVar[str] = ""             # one line for `list`
+    upstream: ClassVar[str] = ""            # peers: the outside code and pinned commit they call
 
     # ---- identity --------------------------------------------------------------------------
     @property
@@ -80,6 +81,12 @@ class KernelPlan:
         return self.problem_kind.layer
 
     # ---- what it can run --------------------------------------------------------------------
+    def unavailable(self) -> str | None:
+        """Why this version cannot run in this checkout at all (None: it can). A peer whose
+        extension is not built says so with the build command; `list` shows it, `build` refuses
+        with it, `--compare=all` and the GPU tests skip the version with it."""
+        return None
+
     def supports(self, problem) -> list[str]:
         """Reasons this version cannot run `problem` at all, whatever the tiling (empty: it can).
         Grids and tests skip such problems and show the reason."""
@@ -115,9 +122,12 @@ class KernelPlan:
         return "cuda" if self.language != "torch" else ""
 
     def build(self, inputs, tiling=None) -> "RuntimeKernel":
-        """Gate, validate, then plan: the arch gate and every input/problem/tiling check run
-        before anything compiles, each failing with a one-line error."""
+        """Gate, validate, then plan: availability, the arch gate and every input/problem/tiling
+        check run before anything compiles, each failing with a one-line error."""
         from mla_var3.runtime import devices
+        missing = self.unavailable()
+        if missing:
+            raise PlanError(f"{self.name} is unavailable: {missing}")
         kind = self.problem_kind
         device = None
         if self.device_type() == "cuda" or devices.inputs_on_cuda(inputs):
@@ -152,4 +162,5 @@ class KernelPlan:
     def describe(self) -> dict:
         return {"name": self.name, "design": self.design, "version": self.version,
                 "layer": self.layer, "problem_kind": self.problem_kind.kind, "language": self.language,
-                "arch": list(self.arch), "summary": self.summary}
+                "arch": list(self.arch), "summary": self.summary,
+                **({"upstream": self.upstream} if self.upstream else {})}

@@ -98,6 +98,8 @@ def make_record(kind: str, plan, tiling, problem, *, grid: str | None = None, **
            "problem": problem.to_dict() if problem is not None else {"grid": grid},
            "problem_key": problem.key() if problem is not None else f"grid={grid}",
            "grid": grid, "env": environment()}
+    if getattr(plan, "upstream", ""):            # a peer: the outside code and commit it ran
+        rec["upstream"] = plan.upstream
     rec.update(fields)
     return rec
 

@@ -16,7 +16,8 @@ from mla_var3.errors import RegistryError
 from mla_var3.runtime.kernel_plan import KernelPlan
 
 KERNEL_ROOT = Path(__file__).resolve().parents[1] / "kernel"
-LANGUAGE_DIRS = {"cute_python": "cute-dsl", "cutile_python": "cutile", "torch_python": "torch"}
+LANGUAGE_DIRS = {"cute_python": "cute-dsl", "cutile_python": "cutile", "torch_python": "torch",
+                 "peer_python": "peer"}     # peer: an outside library called live (runtime/peer_kernel.py)
 _VERSION_DIR = re.compile(r"^(?P<design>[a-z][a-z0-9_]*)_v(?P<n>[0-9]+)$")
 
 

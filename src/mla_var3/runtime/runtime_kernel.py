@@ -7,6 +7,12 @@ stream. Buffers the stages share (partials, schedule) form the `Workspace`: `pre
 allocates it once per shape, outside any timed region, sized for the worst case of that shape.
 Anything that depends on the *values* of the inputs (lengths) must be computed on the device by
 a stage into those fixed buffers, so a CUDA graph replayed with new values stays correct.
+
+Outputs: a stage writes the harness's output buffers in place and returns None - except a stage
+that calls an outside library whose API allocates its outputs itself (a peer, FlashMLA): its
+`launch` returns the tuple it got, `RuntimeKernel.launch` returns the last such result, and
+`run` (what the check compares) returns it instead of the poisoned buffers. Nothing is copied
+into the buffers, so the timed call is exactly the library's call.
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ class Stage:
         """Compile ahead of the first launch (no-op where there is nothing to compile)."""
         return None
 
-    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> None:
+    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> tuple | None:
+        """Run on the current stream. Write `outputs` in place and return None, or return the
+        outputs this stage allocated itself (same order and shapes as `outputs`)."""
         raise NotImplementedError
 
     def describe(self) -> dict:
@@ -42,8 +50,10 @@ class RuntimeKernel:
     """A plan's runnable call: `stages` in order, `workspace(inputs) -> dict` of buffers.
 
     prepare(inputs)                       -> Workspace (once per shape, outside the timed region)
-    launch(inputs, outputs, workspace)    every stage, on the current stream (what the bench times)
-    run(inputs)                           convenience: NaN-poisoned outputs, prepare, launch
+    launch(inputs, outputs, workspace)    every stage, on the current stream (what the bench times);
+                                          returns the last outputs a stage allocated itself, or None
+    run(inputs)                           convenience: NaN-poisoned outputs, prepare, launch; returns
+                                          the outputs a stage returned, else the (written) buffers
     """
 
     def __init__(self, plan, tiling, stages: list[Stage], *, workspace: Callable | None = None, problem=None):
@@ -63,16 +73,25 @@ class RuntimeKernel:
     def prepare(self, inputs) -> Workspace:
         return Workspace(self.workspace_fn(inputs) if self.workspace_fn is not None else {})
 
-    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> None:
+    def launch(self, inputs, outputs: tuple, workspace: Workspace) -> tuple | None:
+        result = None
         for stage in self.stages:
-            stage.launch(inputs, outputs, workspace)
+            got = stage.launch(inputs, outputs, workspace)
+            if got is not None:
+                result = got
+        return result
 
     def run(self, inputs, outputs: tuple | None = None, workspace: Workspace | None = None) -> tuple:
         if outputs is None:
             problem = self.problem or self.plan.problem_kind.from_inputs(inputs)
             outputs = problem.make_outputs(inputs, fill=float("nan"))
-        self.launch(inputs, outputs, self.prepare(inputs) if workspace is None else workspace)
-        return outputs
+        result = self.launch(inputs, outputs, self.prepare(inputs) if workspace is None else workspace)
+        if result is None:
+            return outputs
+        result = tuple(result)
+        if len(result) != len(outputs):
+            raise PlanError(f"{self.plan.name}: a stage returned {len(result)} outputs, the problem has {len(outputs)}")
+        return result
 
     def describe(self) -> dict:
         return {**self.plan.describe(), "tiling": self.tiling.key(), "stages": [s.describe() for s in self.stages]}
