@@ -1,0 +1,117 @@
+"""flashmla_decode_v1: FlashMLA's SM90 dense bf16 decode, called live beside our kernels (a peer).
+
+The code is deepseek-ai/FlashMLA at commit 9241ae3 (`flash_mla_with_kvcache`, dense bf16, sm_90a),
+not ours and not in this repository: `scripts/build_flashmla.sh` fetches it and builds the
+extension `flashmla_dense_sm90` (its dense-decode sources plus our small binding). This plan finds
+the extension through MLA_VAR3_FLASHMLA (the .so or its directory), else in
+`third_party/FlashMLA/build/` under the current directory; without it the plan still loads,
+`list` shows it unavailable with the build command and `build` refuses in one line.
+
+What one timed call contains - exactly what `flash_mla_with_kvcache` runs on the first call with a
+fresh `get_mla_metadata()` (once per decode step in a model, i.e. whenever the lengths change):
+one `dense_decode_fwd(q, kv_cache, 512, cache_seqlens, block_table, scale, causal, None, None)`,
+which launches FlashMLA's scheduling-metadata kernel (the split schedule from the device lengths:
+FlashMLA's API computes it inside the call when given no metadata, so it is not a separate stage
+here), its split-KV kernel and its combine kernel (chained by programmatic dependent launch), and
+allocates its outputs and fp32 split accumulators (from the CUDA graph's pool when the bench
+replays a graph); for s_q > 1 its returned lse is a transposed copy its API makes. Nothing of
+ours runs in the call: the tensors FlashMLA returns are the outputs the check compares (the
+harness's poisoned buffers stay untouched; runtime_kernel.py "Outputs"), and nothing is copied.
+causal = s_q > 1, as in our problem kind (FlashMLA ignores causal for s_q = 1).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mla_var3.layers.mla.decode import D_V, MlaDecodeProblem
+from mla_var3.runtime.kernel_plan import KernelPlan, Tiling
+from mla_var3.runtime.peer_kernel import ExtensionSpec, PeerKernel, load_extension
+from mla_var3.runtime.runtime_kernel import RuntimeKernel
+
+FLASHMLA_COMMIT = "9241ae3"
+EXTENSION = ExtensionSpec(module="flashmla_dense_sm90", env_var="MLA_VAR3_FLASHMLA",
+                          default_dir="third_party/FlashMLA/build", build_command="scripts/build_flashmla.sh")
+
+# FlashMLA's limits (csrc/sm90/decode/dense/splitkv_mla.cuh, csrc/api/dense_decode.h at 9241ae3)
+MASK_VALUE, RUNNING_MAX_INIT = -1e33, -1e30     # MAX_INIT_VAL, MAX_INIT_VAL_SM
+BLOCK_M = 64                                     # query rows (s_q * h_q) per block
+SCHED_SMEM_LIMIT = 227 * 1024                    # dynamic smem of the 1-warp schedule kernel: 4 * (5b + 1)
+INT32_MAX = 2**31 - 1
+DEFAULT_SMS = 132                                # H100/H200 SXM, when no GPU is visible
+
+
+def _num_sms() -> int:
+    import torch
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return DEFAULT_SMS
+
+
+def num_sm_parts(problem: MlaDecodeProblem, sms: int) -> int:
+    """FlashMLA's split count per query block (dense_decode.h; h_kv = 1)."""
+    return max(sms // math.ceil(problem.s_q * problem.h_q / BLOCK_M), 1)
+
+
+@dataclass(frozen=True)
+class PeerTiling(Tiling):
+    """FlashMLA chooses everything itself: nothing to tune."""
+
+
+class FlashMlaDecodeV1(KernelPlan):
+    name = "flashmla_decode_v1"
+    language = "peer"
+    arch = ("sm_90a",)
+    problem_kind = MlaDecodeProblem
+    Tiling = PeerTiling
+    summary = f"FlashMLA {FLASHMLA_COMMIT} SM90 dense bf16 decode (sched + split-KV + combine), called live"
+    upstream = f"deepseek-ai/FlashMLA@{FLASHMLA_COMMIT}"
+
+    def extension(self):
+        """The imported extension module, or None (unavailable() says why)."""
+        return load_extension(EXTENSION)[0]
+
+    def unavailable(self) -> str | None:
+        return load_extension(EXTENSION)[1]
+
+    def supports(self, problem) -> list[str]:
+        reasons = super().supports(problem)
+        if reasons:
+            return reasons
+        scale_log2 = problem.scale * math.log2(math.e)
+        if not MASK_VALUE * scale_log2 < RUNNING_MAX_INIT:
+            reasons.append(f"softmax_scale {problem.scale:g} is not above {-RUNNING_MAX_INIT / -MASK_VALUE / math.log2(math.e):.3g}: "
+                           f"FlashMLA's mask value ({MASK_VALUE:g} x scale x log2 e) must stay below its running-max "
+                           f"start ({RUNNING_MAX_INIT:g}), else masked keys count")
+        if 4 * (5 * problem.b + 1) > SCHED_SMEM_LIMIT:
+            reasons.append(f"b={problem.b}: FlashMLA's schedule kernel keeps 5 ints per sequence in shared memory "
+                           f"(at most {(SCHED_SMEM_LIMIT // 4 - 1) // 5} sequences)")
+        rows = problem.s_q * problem.h_q
+        sms = _num_sms()
+        splits = problem.b + num_sm_parts(problem, sms)
+        if splits * rows * D_V > INT32_MAX:
+            reasons.append(f"(b + {splits - problem.b} SM parts) x s_q*h_q={rows} x {D_V} fp32 split accumulators "
+                           f"exceed FlashMLA's 32-bit element offsets ({sms} SMs)")
+        return reasons
+
+    def plan(self, inputs, tiling) -> RuntimeKernel:
+        ext = self.extension()
+        if ext is None:          # build() checks first; kept for direct callers
+            from mla_var3.errors import PlanError
+            raise PlanError(f"{self.name} is unavailable: {self.unavailable()}")
+        causal = inputs.s_q > 1
+
+        def dense_decode_fwd(inputs, workspace):
+            out, lse, _sched, _splits = ext.dense_decode_fwd(
+                inputs.q, inputs.kv_cache, D_V, inputs.cache_seqlens, inputs.block_table,
+                float(inputs.softmax_scale), causal, None, None)
+            return out, lse
+
+        return self.runtime(tiling, PeerKernel(dense_decode_fwd, name="dense_decode_fwd"))
+
+    def compile_only(self, problem, arch: str, tiling=None) -> dict:
+        return {"compiled": False,
+                "reason": f"a peer: built ahead by {EXTENSION.build_command}, nothing to compile here"}
+
+
+Plan = FlashMlaDecodeV1
