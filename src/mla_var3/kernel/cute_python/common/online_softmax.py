@@ -47,3 +47,47 @@ def masked_softmax_step(s_rc: cute.Tensor, c_rc: cute.Tensor, o_rc: cute.Tensor,
         row_sum[r] = row_sum[r] * corr + psum
         for j in cutlass.range_constexpr(n_ocols):
             o_rc[r, j] = o_rc[r, j] * corr
+
+
+@cute.jit
+def scale_mask_rowmax(s_rc: cute.Tensor, c_rc: cute.Tensor, row_lim: cute.Tensor, key0: cutlass.Int32,
+                      scale_log2: F32, tile_max: cute.Tensor):
+    """First half of a step whose tile is shared by two warpgroups (each holds some of its keys):
+    scale and mask this warpgroup's scores in place and put each row's max over them (quad-reduced,
+    -inf when all are masked) in tile_max. The caller exchanges tile_max with the other warpgroup."""
+    n_rows = cute.size(s_rc, mode=[0])
+    n_cols = cute.size(s_rc, mode=[1])
+    for r in cutlass.range_constexpr(n_rows):
+        lim = row_lim[r] - key0
+        m = F32(-F32.inf)
+        for j in cutlass.range_constexpr(n_cols):
+            v = s_rc[r, j] * scale_log2
+            v = v if c_rc[r, j][1] < lim else -F32.inf
+            s_rc[r, j] = v
+            m = cute.arch.fmax(m, v)
+        tile_max[r] = quad_allreduce_max(m)
+
+
+@cute.jit
+def exp_and_rescale(s_rc: cute.Tensor, o_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
+                    tile_max: cute.Tensor):
+    """Second half: with tile_max now the max over the whole tile (both warpgroups), update the
+    running max, turn this warpgroup's scores into P = exp2(s - m), rescale O by the correction
+    and add this lane's part of the row sum (of this warpgroup's keys only)."""
+    n_rows = cute.size(s_rc, mode=[0])
+    n_cols = cute.size(s_rc, mode=[1])
+    n_ocols = cute.size(o_rc, mode=[1])
+    for r in cutlass.range_constexpr(n_rows):
+        m_old = row_max[r]
+        m_new = cute.arch.fmax(m_old, tile_max[r])
+        m_off = m_new if m_new != -F32.inf else F32(0.0)     # no -inf - (-inf)
+        corr = cute.math.exp2(m_old - m_off, fastmath=True)
+        row_max[r] = m_new
+        psum = F32(0.0)
+        for j in cutlass.range_constexpr(n_cols):
+            p = cute.math.exp2(s_rc[r, j] - m_off, fastmath=True)
+            s_rc[r, j] = p
+            psum += p
+        row_sum[r] = row_sum[r] * corr + psum
+        for j in cutlass.range_constexpr(n_ocols):
+            o_rc[r, j] = o_rc[r, j] * corr
