@@ -227,3 +227,10 @@ def test_report_on_missing_records_is_one_line(tmp_path, capsys):
     assert report.main(["--records", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: records:") and "does not exist" in err and len(err.splitlines()) == 1
+
+
+def test_report_grid_filter_keeps_only_that_grids_problems():
+    from mla_var3 import report
+    inside = _record(problem_key=mla.grid("bench")[0].key())
+    outside = _record()
+    assert report.in_grid([inside, outside], "bench") == [inside]
