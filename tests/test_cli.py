@@ -53,12 +53,29 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--compare=nope"], "unknown kernel 'nope'"),
     (["torch_mla_decode", "--compare=,"], "--compare: expected kernel names"),
     (["torch_mla_decode", "--bogus"], "unrecognized arguments: --bogus"),
+    (["torch_mla_decode", "--check", "--seqlens="], "--seqlens: expected at least one length"),
+    (["torch_mla_decode", "--check", "--seqlens=,,,"], "--seqlens: expected at least one length"),
+    (["torch_mla_decode", "--check", "--seqlens=5,6", "--seqlen=9"], "--seqlens and --seqlen"),
+    (["torch_mla_decode", "--seed=99999999999999999999"], "--seed: expected 0.."),
+    (["torch_mla_decode", "--seed=-1"], "--seed: expected 0.."),
+    (["torch_mla_decode", "--rep_ms=-1"], r"--rep_ms: expected a timing budget"),
+    (["torch_mla_decode", "--check", "--b=4096", "--seqlen=1048576", "--device=cpu"],
+     r"needs ~\d.* TB for its inputs and outputs, cpu has .* free"),
+    (["flash_mla_decode", "--compile-only", "--arch=sm_80", "--b=1", "--s_q=1", "--h_q=16"],
+     r"--compile-only --arch=sm_80: flash_mla_decode_v\d+ cannot be compiled for sm_80"),
 ])
 def test_bad_cli_input_is_one_line(argv, match, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1
     assert re.search(match, err), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_check_on_cuda_without_gpu_says_so(capsys):
+    assert main(["torch_mla_decode", "--check", "--grid=smoke", "--device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device=cuda: no CUDA GPU") and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")

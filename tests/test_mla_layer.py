@@ -146,3 +146,32 @@ def test_bad_inputs_name_the_tensor(mutate, match):
 def test_inputs_on_the_wrong_device_are_refused():
     with pytest.raises(mla.InputError, match="needs tensors on cuda"):
         mla.validate_inputs(_inputs(), "cuda")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda x: dict(seqlens=(65, 11)), r"seqlens: the host copy disagrees with cache_seqlens \(sequence 1: 11 vs 10\)"),
+    (lambda x: dict(cache_seqlens=torch.tensor([300, 10], dtype=torch.int32), seqlens=()),
+     "block_table: 2 pages per sequence cannot hold seqlen 300"),
+    (lambda x: dict(block_table=torch.tensor([[0, 99], [1, 5]], dtype=torch.int32)),
+     "block_table: page 99 is outside the cache's 4 pages"),
+    (lambda x: dict(cache_seqlens=torch.tensor([-1, 10], dtype=torch.int32), seqlens=()),
+     "cache_seqlens: lengths must be >= 0"),
+    (lambda x: dict(q=x.q.float().numpy()), "q: expected a torch.Tensor, got ndarray"),
+])
+def test_plans_refuse_values_a_kernel_would_get_wrong(change, match):
+    """Python API: what would read out of bounds or silently give wrong output is refused at build."""
+    from dataclasses import replace
+
+    from mla_var3.runtime import registry
+    x = mla.MlaDecodeProblem(b=2, s_q=1, h_q=4, seqlens=(65, 10)).make_inputs()
+    plan = registry.get_plan("torch_mla_decode_v1")
+    with pytest.raises(mla.InputError, match=match):
+        plan.build(replace(x, **change(x)))
+    plan.build(replace(x, seqlens=(65, 11)), check_values=False)     # the opt-out skips the sync
+
+
+def test_footprint_counts_the_cache_and_its_float32_draw():
+    p = mla.MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlens=(64, 129))
+    cache = 2 * 3 * 64 * 576 * 2
+    assert p.footprint_bytes() >= 3 * cache
+    assert mla.MlaDecodeProblem(b=4096, seqlen=1 << 20).footprint_bytes() > 10e12

@@ -149,11 +149,12 @@ def cmd_compile_only(names, problems, args, kind) -> int:
     from mla_var3.runtime import devices, registry
     devices.check_arch_name(args.arch)
     shapes = compile_shapes(problems or kind.grid("check"))
-    failed = 0
+    failed, wrong_arch = 0, []
     for name in names:
         plan = registry.get_plan(name)
         if not devices.arch_supported(plan.arch, args.arch):
             print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
+            wrong_arch.append(name)
             continue
         for p in shapes:
             label = f"{name} {p.static_key()}"
@@ -171,6 +172,9 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             what = "compiled" if info.get("compiled") else info.get("reason", "nothing to compile")
             extra = ", ".join(f"{k}={v}" for k, v in info.items() if k not in ("compiled", "reason"))
             print(f"{label} [{args.arch}]: {what} in {time.perf_counter() - t0:.2f}s" + (f" ({extra})" if extra else ""))
+    if wrong_arch:                      # an explicit compile request that compiled nothing for them
+        raise UsageError(f"--compile-only --arch={args.arch}: {', '.join(wrong_arch)} cannot be compiled for "
+                         f"{args.arch} (built for another arch); nothing was compiled for them")
     return 1 if failed else 0
 
 
@@ -179,6 +183,8 @@ def pick_device(args, plan) -> str:
     if args.device:
         if args.device == "cpu" and plan.language != "torch":
             raise UsageError(f"--device=cpu: {plan.name} is a {plan.language} kernel and needs a GPU")
+        if args.device == "cuda" and not devices.cuda_available():
+            raise DeviceError("--device=cuda: no CUDA GPU is visible here (torch kernels can run with --device=cpu)")
         return args.device
     if devices.cuda_available():
         return "cuda"
@@ -257,8 +263,20 @@ def cmd_devlog(names, args, docs) -> int:
     return 0
 
 
+MAX_SEED = 2 ** 31 - 1 - 1000 * 64        # input sets use seed + 1000 * i; torch seeds are 64-bit
+
+
+def check_flags(args) -> None:
+    """Values argparse accepts but the harness cannot use: one line each, before any work."""
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed: expected 0..{MAX_SEED}, got {args.seed}")
+    if not 0 < args.rep_ms <= 60_000:
+        raise UsageError(f"--rep_ms: expected a timing budget in (0, 60000] ms, got {args.rep_ms:g}")
+
+
 def run(argv: list[str]) -> int:
     args, kind = parse(argv)
+    check_flags(args)
     if args.name == "list":
         return cmd_list()
     problems = kind.from_cli(args)

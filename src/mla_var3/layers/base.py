@@ -83,6 +83,12 @@ class Problem:
         """Raise InputError naming the tensor that breaks the contract; `device_type` ("cuda",
         "cpu") is where the kernel needs them, None accepts either."""
 
+    @classmethod
+    def validate_values(cls, inputs) -> None:
+        """Checks that read values on the device (one sync): lengths and indices in range, host
+        copies agreeing with device tensors. Plans run them when they build (outside any timed
+        region); `KernelPlan.build(..., check_values=False)` skips them."""
+
     def input_bytes(self, inputs) -> int:
         """Bytes of every tensor of `inputs` (the L2 rotation counts them)."""
         return tensor_bytes(*(getattr(inputs, f.name) for f in dataclasses.fields(inputs)))
@@ -102,6 +108,11 @@ class Problem:
     def flops_bytes(self, inputs) -> tuple[int, int]:
         """Algorithmic FLOPs and bytes of one call on these inputs (the roofline uses them)."""
         raise NotImplementedError
+
+    def footprint_bytes(self) -> int | None:
+        """Peak bytes one call's inputs and outputs take while they are made (None: unknown); the
+        harness refuses a problem that cannot fit before allocating anything."""
+        return None
 
     def input_facts(self, inputs) -> dict:
         """Extra facts a benchmark record keeps about the inputs it ran (e.g. mean length)."""

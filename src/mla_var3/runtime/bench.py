@@ -63,6 +63,8 @@ def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: flo
     from mla_var3.runtime import records, roofline
     from mla_var3.runtime.profiling import annotate
 
+    from mla_var3.runtime.memory import require_fits
+    require_fits(problem, "cuda")
     first = problem.make_inputs(seed=seed, device="cuda")
     kern = plan.build(first, tiling)
     cfg = kern.tiling.key()

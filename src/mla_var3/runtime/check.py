@@ -32,6 +32,8 @@ class CheckOutcome:
 def check_one(plan, problem, *, seed: int = 0, dist: str = "default", device: str = "cuda",
               tiling=None) -> CheckOutcome:
     """One problem, one seed, one distribution: build, run into poisoned outputs, compare."""
+    from mla_var3.runtime.memory import require_fits
+    require_fits(problem, device)
     inputs = problem.make_inputs(seed=seed, device=device, dist=dist)
     kern = plan.build(inputs, tiling)
     with annotate(plan.name, kern.tiling.key(), "compile"):

@@ -121,9 +121,10 @@ class KernelPlan:
         """Where this plan's tensors must live: GPU kernels need "cuda"; torch runs anywhere."""
         return "cuda" if self.language != "torch" else ""
 
-    def build(self, inputs, tiling=None) -> "RuntimeKernel":
+    def build(self, inputs, tiling=None, *, check_values: bool = True) -> "RuntimeKernel":
         """Gate, validate, then plan: availability, the arch gate and every input/problem/tiling
-        check run before anything compiles, each failing with a one-line error."""
+        check run before anything compiles, each failing with a one-line error.
+        `check_values=False` skips the checks that read device values (one sync per build)."""
         from mla_var3.runtime import devices
         missing = self.unavailable()
         if missing:
@@ -134,6 +135,8 @@ class KernelPlan:
             device = devices.current_device()
             devices.require_arch(self.name, self.arch, device)
         kind.validate_inputs(inputs, self.device_type() or None)
+        if check_values:
+            kind.validate_values(inputs)
         problem = kind.from_inputs(inputs)
         reasons = self.supports(problem)
         if reasons:

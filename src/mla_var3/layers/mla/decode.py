@@ -167,6 +167,10 @@ class MlaDecodeProblem(Problem):
     def validate_inputs(cls, inputs, device_type: str | None = None) -> None:
         validate_inputs(inputs, device_type)
 
+    @classmethod
+    def validate_values(cls, inputs) -> None:
+        validate_values(inputs)
+
     def input_bytes(self, inputs: MlaDecodeInputs) -> int:
         return inputs.nbytes()
 
@@ -183,6 +187,15 @@ class MlaDecodeProblem(Problem):
 
     def flops_bytes(self, inputs: MlaDecodeInputs) -> tuple[int, int]:
         return flops_bytes(self, list(inputs.host_seqlens()))
+
+    def footprint_bytes(self) -> int:
+        """q + paged cache (+ its float32 draw, made before the bf16 copy) + block table + out and
+        lse, and the float32 reference's out."""
+        lens = self.resolve_seqlens(0) if self.varlen else (list(self.seqlens) if self.seqlens else [self.seqlen])
+        pages = max(1, -(-max(lens, default=0) // PAGE_SIZE))
+        rows = self.b * self.s_q * self.h_q
+        cache = self.b * pages * PAGE_SIZE * D_QK * 2
+        return rows * D_QK * 2 + 3 * cache + self.b * pages * 4 + rows * (D_V * 2 + 4) + rows * D_V * 4
 
     def input_facts(self, inputs: MlaDecodeInputs) -> dict:
         lens = inputs.host_seqlens()
@@ -211,16 +224,20 @@ class MlaDecodeProblem(Problem):
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> list["MlaDecodeProblem"] | None:
         given = {k: getattr(args, k, None) for k in DIMENSION_FLAGS if getattr(args, k, None) is not None}
-        if getattr(args, "seqlens", None):
+        if getattr(args, "seqlens", None) is not None:
             try:
                 lens = tuple(int(x) for x in args.seqlens.split(",") if x.strip())
             except ValueError:
                 raise UsageError(f"--seqlens: expected comma-separated ints, got {args.seqlens!r}") from None
+            if not lens:
+                raise UsageError(f"--seqlens: expected at least one length (comma-separated ints), got {args.seqlens!r}")
+            if "seqlen" in given:
+                raise UsageError("--seqlens and --seqlen: give explicit lengths or one length, not both")
             if "b" in given and given["b"] != len(lens):
                 raise ProblemError(f"--b={given['b']} but --seqlens gives {len(lens)} lengths")
             given["b"] = len(lens)
             given["seqlens"] = lens
-            given.setdefault("seqlen", max(lens, default=0))
+            given["seqlen"] = max(lens)
         if getattr(args, "varlen", False):
             given["varlen"] = True
         return [cls(**given)] if given else None
@@ -301,6 +318,30 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
         need(len(inputs.seqlens) == b, f"seqlens: expected {b} host lengths, got {len(inputs.seqlens)}")
         need(max(inputs.seqlens) <= bt.shape[1] * PAGE_SIZE,
              f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(inputs.seqlens)}")
+
+
+def validate_values(inputs: MlaDecodeInputs) -> None:
+    """What a kernel would otherwise read out of bounds or get silently wrong: lengths >= 0 and
+    within the block table, the host copy of the lengths equal to cache_seqlens, and every page a
+    sequence uses inside the cache. One device sync."""
+    bt, sl = inputs.block_table, inputs.cache_seqlens
+    lens = sl.tolist()
+    if any(s < 0 for s in lens):
+        raise InputError(f"cache_seqlens: lengths must be >= 0, got {min(lens)}")
+    if inputs.seqlens and tuple(lens) != tuple(inputs.seqlens):
+        i = next(i for i, (a, b) in enumerate(zip(inputs.seqlens, lens)) if a != b)
+        raise InputError(f"seqlens: the host copy disagrees with cache_seqlens (sequence {i}: "
+                         f"{inputs.seqlens[i]} vs {lens[i]})")
+    if lens and max(lens) > bt.shape[1] * PAGE_SIZE:
+        raise InputError(f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(lens)}")
+    n_pages = (sl.long() + PAGE_SIZE - 1) // PAGE_SIZE
+    used = torch.arange(bt.shape[1], device=bt.device)[None, :] < n_pages[:, None]
+    pages = bt[used]
+    num_blocks = inputs.kv_cache.shape[0]
+    if pages.numel() and bool(((pages < 0) | (pages >= num_blocks)).any()):
+        bad = pages[(pages < 0) | (pages >= num_blocks)][0].item()
+        raise InputError(f"block_table: page {bad} is outside the cache's {num_blocks} pages "
+                         f"(entries for the pages a sequence uses must be in 0..{num_blocks - 1})")
 
 
 def make_outputs(inputs: MlaDecodeInputs, fill: float = float("nan")) -> tuple[torch.Tensor, torch.Tensor]:
