@@ -96,3 +96,26 @@ def test_cuda_graph_replay_with_new_lengths(name):
     replayed = dataclasses.replace(inputs, seqlens=new_lens)
     cmp = problem.compare(outputs, problem.reference(replayed))
     assert cmp.passed, cmp.reason
+
+
+@pytest.mark.gpu
+def test_autotune_rejects_wrong_answers_before_timing_and_isolates(tmp_path, monkeypatch):
+    from mla_var3.runtime import autotune
+    from mla_var3.runtime.torch_kernel import TorchKernel
+    monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))
+    plan = registry.get_plan("torch_mla_decode_v1")
+    problem = mla.MlaDecodeProblem(b=16, s_q=1, h_q=16, seqlen=256)
+    real_plan = plan.plan
+
+    def wrong_for_8(inputs, tiling):     # batch_chunk=8 "computes" zeros: fast and wrong
+        if tiling.batch_chunk == 8:
+            return plan.runtime(tiling, TorchKernel(lambda x, outs, ws: [t.zero_() for t in outs]))
+        return real_plan(inputs, tiling)
+    monkeypatch.setattr(plan, "plan", wrong_for_8)
+    T = plan.Tiling
+    res = autotune.autotune(plan, problem, configs=[T(batch_chunk=8), T(batch_chunk=16)], rep_ms=5, use_cache=False)
+    status = {t["tiling"]: t["status"] for t in res.trials}
+    assert status == {"batch_chunk=8": "wrong", "batch_chunk=16": "ok"} and res.best == T(batch_chunk=16)
+    iso = autotune.autotune(registry.get_plan("torch_mla_decode_v1"), problem, configs=[T(batch_chunk=16), T(batch_chunk=0)],
+                            rep_ms=5, use_cache=False, isolate=True, timeout_s=120)
+    assert [t["status"] for t in iso.trials] == ["ok", "invalid"] and iso.best_us > 0

@@ -234,3 +234,26 @@ def test_report_grid_filter_keeps_only_that_grids_problems():
     inside = _record(problem_key=mla.grid("bench")[0].key())
     outside = _record()
     assert report.in_grid([inside, outside], "bench") == [inside]
+
+
+def test_isolated_autotune_trials_record_timeouts_crashes_and_answers():
+    import sys
+
+    from mla_var3.runtime import autotune
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]
+    assert autotune.run_trial(slow, timeout_s=1) == {"status": "timeout", "error": "exceeded 1s (killed)"}
+    crash = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    assert autotune.run_trial(crash, timeout_s=30) == {"status": "failed", "error": "trial process exited 3: boom"}
+    ok = [sys.executable, "-c", "print('log line'); print('{\"status\": \"ok\", \"time_us\": 1.5}')"]
+    assert autotune.run_trial(ok, timeout_s=30) == {"status": "ok", "time_us": 1.5}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_isolated_trial_process_round_trips_a_real_spec():
+    """The trial module rebuilds plan, problem and tiling from the spec; without a GPU its answer
+    is a recorded failure, not a crash of the caller."""
+    from mla_var3.runtime import autotune
+    plan = registry.get_plan("torch_mla_decode_v1")
+    p = mla.MlaDecodeProblem(b=2, seqlen=64)
+    trial = autotune.run_trial(autotune.trial_command(plan, p, plan.Tiling(batch_chunk=2), rep_ms=5, seed=0), 120)
+    assert trial["status"] == "failed" and "CUDA" in trial["error"], trial

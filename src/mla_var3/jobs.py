@@ -13,7 +13,7 @@ def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 
     """What a benchmark of `problem` runs: a fresh autotune when asked, else the cached or
     committed winner, else None (the plan's default)."""
     if tune:
-        return autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0)).best
+        return autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=True).best
     return autotune.lookup(plan, problem, device.name)
 
 

@@ -109,6 +109,11 @@ class Problem:
         """Algorithmic FLOPs and bytes of one call on these inputs (the roofline uses them)."""
         raise NotImplementedError
 
+    def small_variant(self) -> "Problem":
+        """A small problem with the same static_key (autotune checks each config on it before
+        timing); the problem itself by default."""
+        return self
+
     def footprint_bytes(self) -> int | None:
         """Peak bytes one call's inputs and outputs take while they are made (None: unknown); the
         harness refuses a problem that cannot fit before allocating anything."""

@@ -1,8 +1,12 @@
 """One autotune loop for every language.
 
-Configs are pruned by Tiling.validate (reasons kept), each survivor is built, compiled and
-timed with do_bench_cudagraph; a config that fails to compile or launch is recorded with its
-error and skipped. Winners are cached per (version, source hash, problem, GPU, DSL version) in
+Configs are pruned by Tiling.validate (reasons kept). Each survivor is first checked against
+the reference on a small problem of the same static shape (`problem.small_variant()`), then
+built, compiled and timed with do_bench_cudagraph (whole calls, every stage). A config that
+fails to compile, raises, gives a wrong answer or (isolated) exceeds its time limit is recorded
+with its reason and skipped. With `isolate=True` (what `--autotune` uses) each config runs in
+its own process (`python -m mla_var3.cli.tune_trial`) under a timeout, so a hung kernel cannot
+hang the caller. Winners are cached per (version, source hash, problem, GPU, DSL version) in
 the user cache dir; committed winners live in src/mla_var3/conf/tuned/<gpu>.json.
 """
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -78,39 +84,83 @@ def store(plan, problem, gpu_name: str, tiling, time_us: float) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
+TRIAL_TIMEOUT_S = 300
+
+
+def trial_in_process(plan, problem, tiling, *, inputs=None, outputs=None, rep_ms: float = 50.0,
+                     seed: int = 0, verify: bool = True) -> dict:
+    """One config here: check it on a small problem of the same shape, then time it on `problem`.
+    Returns {"status": "ok", "time_us"} or {"status": "wrong"|"failed", "error"}."""
+    from mla_var3.runtime import bench, check
+    try:
+        if verify:
+            small = problem.small_variant()
+            res = check.check_one(plan, small, seed=seed, device="cuda", tiling=tiling)
+            if res.status == "fail":
+                return {"status": "wrong", "error": f"on {small.key()}: {res.reason}"}
+        inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
+        outputs = outputs if outputs is not None else problem.make_outputs(inputs)
+        kern = plan.build(inputs, tiling)
+        kern.compile()
+        workspace = kern.prepare(inputs)
+        kern.launch(inputs, outputs, workspace)
+        times = bench.time_cudagraph(lambda: kern.launch(inputs, outputs, workspace), rep_ms=rep_ms)
+        return {"status": "ok", "time_us": sorted(times)[len(times) // 2] * 1e3}
+    except Exception as e:     # a failing config is data, not a crash
+        return {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+
+
+def trial_command(plan, problem, tiling, *, rep_ms: float, seed: int) -> list[str]:
+    spec = {"kernel": plan.name, "kind": problem.kind, "problem": problem.to_dict(), "tiling": tiling.to_dict(),
+            "rep_ms": rep_ms, "seed": seed}
+    return [sys.executable, "-m", "mla_var3.cli.tune_trial", json.dumps(spec)]
+
+
+def run_trial(cmd: list[str], timeout_s: float) -> dict:
+    """Run one isolated trial; its last stdout line is the trial's JSON. A timeout, a crash or no
+    answer is recorded, never raised."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "error": f"exceeded {timeout_s:g}s (killed)"}
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    if lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"status": "failed", "error": f"trial process exited {proc.returncode}: {tail}"}
+
+
 def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, use_cache: bool = True,
-             seed: int = 0) -> TuneResult:
-    """Time every valid config on `problem` (whole calls, every stage); return the fastest
-    (cached unless use_cache=False)."""
-    from mla_var3.runtime import bench, devices
+             seed: int = 0, isolate: bool = False, timeout_s: float = TRIAL_TIMEOUT_S,
+             verify: bool = True) -> TuneResult:
+    """Time every valid config on `problem`; return the fastest (cached unless use_cache=False)."""
+    from mla_var3.runtime import devices
     device = devices.current_device()
     devices.require_arch(plan.name, plan.arch, device)
     if use_cache:
         hit = lookup(plan, problem, device.name)
         if hit is not None:
             return TuneResult(best=hit, best_us=None, cached=True)
-    inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
-    outputs = problem.make_outputs(inputs)
+    if not isolate:
+        inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
+        outputs = problem.make_outputs(inputs)
     result = TuneResult(best=None, best_us=None)
     for tiling in (configs if configs is not None else plan.autotune_configs(problem)):
         reasons = tiling.validate(problem, device)
         if reasons:
             result.trials.append({"tiling": tiling.key(), "status": "invalid", "error": "; ".join(reasons)})
             continue
-        try:
-            kern = plan.build(inputs, tiling)
-            kern.compile()
-            workspace = kern.prepare(inputs)
-            kern.launch(inputs, outputs, workspace)
-            times = bench.time_cudagraph(lambda k=kern, w=workspace: k.launch(inputs, outputs, w), rep_ms=rep_ms)
-            t_us = sorted(times)[len(times) // 2] * 1e3
-        except Exception as e:     # a failing config is data, not a crash
-            result.trials.append({"tiling": tiling.key(), "status": "failed",
-                                  "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
-            continue
-        result.trials.append({"tiling": tiling.key(), "status": "ok", "time_us": t_us})
-        if result.best_us is None or t_us < result.best_us:
-            result.best, result.best_us = tiling, t_us
+        if isolate:
+            trial = run_trial(trial_command(plan, problem, tiling, rep_ms=rep_ms, seed=seed), timeout_s)
+        else:
+            trial = trial_in_process(plan, problem, tiling, inputs=inputs, outputs=outputs, rep_ms=rep_ms,
+                                     seed=seed, verify=verify)
+        result.trials.append({"tiling": tiling.key(), **trial})
+        if trial["status"] == "ok" and (result.best_us is None or trial["time_us"] < result.best_us):
+            result.best, result.best_us = tiling, trial["time_us"]
     if result.best is not None and use_cache:
         store(plan, problem, device.name, result.best, result.best_us)
     return result

@@ -188,6 +188,12 @@ class MlaDecodeProblem(Problem):
     def flops_bytes(self, inputs: MlaDecodeInputs) -> tuple[int, int]:
         return flops_bytes(self, list(inputs.host_seqlens()))
 
+    def small_variant(self) -> "MlaDecodeProblem":
+        """Same s_q and h_q; an empty-ish, a mid and a long sequence with partial last pages, so
+        split schedules and the combine run."""
+        return MlaDecodeProblem(b=3, s_q=self.s_q, h_q=self.h_q, seqlens=(1, 700, 1300),
+                                softmax_scale=self.softmax_scale)
+
     def footprint_bytes(self) -> int:
         """q + paged cache (+ its float32 draw, made before the bf16 copy) + block table + out and
         lse, and the float32 reference's out."""
