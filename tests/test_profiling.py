@@ -140,3 +140,14 @@ def test_ncu_parser_tolerates_noise_and_missing_metrics():
     assert row["kernel_name"] == "k" and row["duration_us"] == pytest.approx(1500.5)
     assert row["dram_gbps"] is None
     assert profiling.parse_ncu_csv("==PROF== no kernels were profiled") == []
+
+
+@pytest.mark.parametrize("prof, tool", [("ncu", "ncu"), ("sanitize", "compute-sanitizer")])
+def test_missing_profiler_is_one_line_before_any_work(prof, tool, monkeypatch, capsys):
+    import shutil
+
+    from mla_var3.cli.kernel import main
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["torch_mla_decode", f"--prof_type={prof}", "--b=2", "--seqlen=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {tool}: not found on PATH (it ships with the CUDA toolkit; needed by --prof_type)"

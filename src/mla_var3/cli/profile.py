@@ -72,6 +72,7 @@ def save_tool_log(args, text: str) -> None:
 
 def cmd_ncu(names, problems, args, kind) -> int:
     from mla_var3.runtime import records, registry
+    profiling.find_tool("ncu")                  # a missing tool is said before any work
     problem = (problems or [kind.default_problem()])[0]
     table, recs, rc = [], [], 0
     for name in names:
@@ -123,6 +124,7 @@ def format_ncu_table(rows: list[dict], problem) -> str:
 
 def cmd_sanitize(names, problems, args, kind) -> int:
     from mla_var3.runtime import records, registry
+    profiling.find_tool("compute-sanitizer")    # a missing tool is said before any work
     problem = (problems or [sanitize_problem(kind)])[0]
     rc = 0
     for name in names:
