@@ -214,3 +214,47 @@ def test_report_cli_table_only(capsys):
     assert report.main(["--records", str(RECORDS), "--kernel", "flash_mla_decode_v1"]) == 0
     text = capsys.readouterr().out
     assert "flash_mla_decode_v1" in text and "ct_flash_mla_decode_v1" not in text and ".png" not in text
+
+
+def _report_refuses(capsys, argv) -> str:
+    """report exits 2 with one `error:` line and prints nothing else (no table before the error)."""
+    assert report.main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: ")
+    return cap.err.strip()
+
+
+def test_report_plots_bad_out_is_one_line_before_any_work(tmp_path, capsys):
+    src = tmp_path / "recs.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in synthetic()) + "\n")
+    base = ["--records", str(src), "--plots", "--out"]
+    assert _report_refuses(capsys, base + [str(src)]) == f"error: --out: {src} is a file, expected a directory"
+    assert _report_refuses(capsys, base + [str(src / "sub")]) == \
+        f"error: --out: cannot create the directory {src / 'sub'} (Not a directory); expected a writable directory"
+    (tmp_path / "o" / "demo_roofline.png").mkdir(parents=True)
+    assert _report_refuses(capsys, base + [str(tmp_path / "o")]) == \
+        f"error: --out: {tmp_path / 'o' / 'demo_roofline.png'} is a directory, expected a file to write"
+    assert not [p for p in tmp_path.rglob("*.png") if p.is_file()]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_report_plots_out_under_proc_is_one_line(tmp_path, capsys):
+    src = tmp_path / "recs.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in synthetic()) + "\n")
+    assert _report_refuses(capsys, ["--records", str(src), "--plots", "--out", "/proc/x"]) == \
+        "error: --out: cannot create the directory /proc/x (No such file or directory); expected a writable directory"
+    assert _report_refuses(capsys, ["--records", str(src), "--plots", "--out", "/proc"]).startswith(
+        "error: --out: /proc is not a writable directory (")
+
+
+def test_report_plots_unknown_design_or_metric_is_one_line_before_any_work(tmp_path, capsys):
+    src = tmp_path / "recs.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in synthetic()) + "\n")
+    out = tmp_path / "o"
+    base = ["--records", str(src), "--plots", "--out", str(out)]
+    assert _report_refuses(capsys, base + ["--design", "nope"]) == \
+        "error: --design: no bench records of 'nope' in the records given (designs there: ct_demo, demo, torch_demo)"
+    assert _report_refuses(capsys, base + ["--metric", "nope"]) == \
+        "error: --metric: expected one of pct_roofline, pct_datasheet, tflops, gbps, time, got 'nope'"
+    assert _report_refuses(capsys, base + ["--kernel", "nope_v1"]) == "error: --plots: no bench records to plot"
+    assert not out.exists()

@@ -198,6 +198,41 @@ def test_merge_dedupes_orders_by_time_and_report_reads_it(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_merge_warns_about_each_bad_line_and_keeps_going(tmp_path, capsys):
+    p = mla.MlaDecodeProblem(b=1, seqlen=64)
+    a = fake_record("k", p, "2026-01-01T00:00:01+00:00", 5.0)
+    b = fake_record("j", p, "2026-01-01T00:00:02+00:00", 6.0)
+    c = fake_record("i", p, "2026-01-01T00:00:03+00:00", 7.0)
+    write_lines(tmp_path / "records.jsonl", [a], tail="garbage\n")
+    worker = tmp_path / "workers" / "shard-0-worker-0.jsonl"
+    write_lines(worker, [b], tail='[1]\n{"kind": "bench", "tim')
+    (tmp_path / "workers" / "shard-0-worker-1.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    write_lines(tmp_path / "workers" / "shard-0-worker-2.jsonl", [c])
+    assert sweep.main(["merge", f"records={tmp_path}"]) == 0
+    target = tmp_path / "records.jsonl"
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: records: {target}:2: not a JSON record, skipped",
+        f"warning: merge: the 1 skipped line(s) of {target} are kept in {target}.skipped",
+        f"warning: records: {worker}:2: not a JSON record (a JSON list, expected an object with 'kind' and "
+        f"'kernel'), skipped",
+        f"warning: records: {worker}:3: not a JSON record, skipped",
+        f"warning: records: {tmp_path / 'workers' / 'shard-0-worker-1.jsonl'} is not a text file (expected JSON "
+        f"lines, one record per line), skipped"]
+    assert [r["kernel"] for r in records.load(tmp_path)] == ["k_v1", "j_v1", "i_v1"]
+    assert (tmp_path / "records.jsonl.skipped").read_text() == "garbage\n"     # nothing lost
+
+
+def test_merge_refuses_to_overwrite_a_records_file_that_is_not_text(tmp_path, capsys):
+    (tmp_path / "records.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00")
+    write_lines(tmp_path / "workers" / "shard-0-worker-0.jsonl",
+                [fake_record("k", mla.MlaDecodeProblem(), "2026-01-01T00:00:00+00:00", 1.0)])
+    assert sweep.main(["merge", f"records={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: merge: records: {tmp_path / 'records.jsonl'} is not a text file (expected JSON lines, "
+                   f"one record per line); move it out of {tmp_path} and merge again")
+    assert (tmp_path / "records.jsonl").read_bytes().startswith(b"\x89PNG")
+
+
 def test_merge_command_and_empty_dir(tmp_path, capsys):
     write_lines(tmp_path / "workers" / "shard-0-worker-1.jsonl",
                 [fake_record("k", mla.MlaDecodeProblem(), "2026-01-01T00:00:00+00:00", 1.0)])

@@ -28,6 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from mla_var3.errors import UsageError  # noqa: E402
+
 MAX_LINES = 12                      # progress plot: more problems than this -> group them
 VERSION_MARKERS = ("o", "s", "D", "P", "X", "h", "p", "8")
 BASELINE_MARKERS = ("^", "v", "<", ">", "d")
@@ -301,13 +303,13 @@ def _metric_value(r: dict, metric: str) -> float:
 
 def _progress_figure(recs: list[dict], *, design: str, metric: str = "pct_roofline") -> Figure:
     if metric not in METRICS:
-        raise ValueError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+        raise UsageError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     points = _select(recs, design, None)
     known = {r["problem_key"]: r["problem"] for r in recs if isinstance(r.get("problem"), dict)}
     gpu, when = _context(recs)
     mine = [r for r in points if _design(r) == design]
     if not mine:
-        raise ValueError(f"design {design!r}: no bench records (designs here: "
+        raise UsageError(f"design {design!r}: no bench records (designs here: "
                          f"{', '.join(sorted({_design(r) for r in points})) or 'none'})")
     versions = sorted({_version(r) for r in mine})
     keys = list(dict.fromkeys(r["problem_key"] for r in mine))

@@ -40,11 +40,15 @@ def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] |
     return rows
 
 
+def markdown_row(row: dict, columns=BENCH_COLUMNS) -> str:
+    return "| " + " | ".join(str(row.get(c, "")) for c in columns) + " |"
+
+
 def markdown_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
     if not rows:
         return "(no records)"
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += [markdown_row(r, columns) for r in rows]
     return "\n".join(lines)
 
 
@@ -131,6 +135,31 @@ def _plot_design(recs: list[dict], design: str | None) -> str | None:
     return (plain or designs or [None])[0]
 
 
+def writable_dir(flag: str, path, files=()) -> None:
+    """Make sure `path` is a directory we can write `files` into (creating it), or raise a
+    UsageError naming `flag`: before any work, so a bad path costs nothing."""
+    import os
+    import tempfile
+    from pathlib import Path
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag}: {path} is a file, expected a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot create the directory {path} ({e.strerror or e}); "
+                         f"expected a writable directory") from None
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".mla_var3-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{flag}: {path} is not a writable directory ({e.strerror or e})") from None
+    for f in files:
+        if Path(f).is_dir():
+            raise UsageError(f"{flag}: {f} is a directory, expected a file to write")
+
+
 def main(argv=None) -> int:
     return guarded(_main, argv)
 
@@ -153,6 +182,9 @@ def _main(argv=None) -> int:
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)
+    from mla_var3 import plots
+    if args.metric not in plots.METRICS:
+        raise UsageError(f"--metric: expected one of {', '.join(plots.METRICS)}, got {args.metric!r}")
     recs = records.load(args.records)
     if args.kernel:
         recs = [r for r in recs if r["kernel"] in args.kernel]
@@ -160,16 +192,25 @@ def _main(argv=None) -> int:
         recs = in_grid(recs, args.grid)
     if args.peers:
         recs = recs + peer_rows(recs)
-    print(run_context(recs))
-    print(markdown_table(bench_rows(recs)))
-    if args.plots:
-        from mla_var3 import plots
+    if args.plots:                      # everything the plots need is checked before any output
         design = _plot_design(recs, args.design)
         if design is None:
             raise UsageError("--plots: no bench records to plot")
+        designs = sorted({r.get("design") for r in recs if r.get("kind") == "bench" and r.get("design")})
+        if design not in designs:
+            raise UsageError(f"--design: no bench records of {design!r} in the records given "
+                             f"(designs there: {', '.join(designs) or 'none'})")
         out = Path(args.out)
-        roof = plots.roofline_plot(recs, out / f"{design}_roofline.png", design=design)
-        prog = plots.progress_plot(recs, out / f"{design}_progress.png", design=design, metric=args.metric)
+        targets = [out / f"{design}_roofline.png", out / f"{design}_progress.png"]
+        writable_dir("--out", out, targets)
+    print(run_context(recs))
+    print(markdown_table(bench_rows(recs)))
+    if args.plots:
+        try:
+            roof = plots.roofline_plot(recs, targets[0], design=design)
+            prog = plots.progress_plot(recs, targets[1], design=design, metric=args.metric)
+        except OSError as e:
+            raise UsageError(f"--out: cannot write {e.filename or out} ({e.strerror or e})") from None
         print(f"\nwrote {roof} and {prog}; to embed them in the devlog next to them:\n")
         print(f"![{design} roofline]({roof.name})")
         print(f"![{design} progress]({prog.name})")

@@ -240,26 +240,37 @@ def run_workers(specs: list[dict], envs: list[dict]) -> int:
 
 def merge_records(directory) -> Path:
     """<dir>/records.jsonl (if any) + <dir>/workers/*.jsonl -> <dir>/records.jsonl: identical
-    records once, ordered by timestamp (stable); lines a killed worker left half-written skipped."""
-    from mla_var3.runtime.records import RECORDS_FILE
+    records once, ordered by timestamp (stable). A bad line (one a killed worker left
+    half-written) is skipped with one warning naming file and line; bad lines of records.jsonl
+    itself, which the merge rewrites, are kept in records.jsonl.skipped first."""
+    from mla_var3.runtime import records
     d = Path(directory)
-    target = d / RECORDS_FILE
+    target = d / records.RECORDS_FILE
     sources = ([target] if target.exists() else []) + sorted((d / WORKERS_DIR).glob("*.jsonl"))
     if not sources:
         raise SweepError(f"merge: no records in {d} (expected {d / WORKERS_DIR}/*.jsonl)")
     seen, recs = set(), []
     for f in sources:
-        for line in f.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
+        try:
+            good, bad = records.read_file(f)
+        except records.RecordError as e:
+            if f == target:                 # the merge would overwrite it: refuse, lose nothing
+                raise SweepError(f"merge: {e}; move it out of {d} and merge again") from None
+            print(f"warning: {e}, skipped", file=sys.stderr)
+            continue
+        records.warn_bad(f, bad)
+        if bad and f == target:
+            keep = target.with_name(records.RECORDS_FILE + ".skipped")
+            with keep.open("a") as out:
+                out.write("".join(line + "\n" for _, _, line in bad))
+            print(f"warning: merge: the {len(bad)} skipped line(s) of {target} are kept in {keep}", file=sys.stderr)
+        for rec in good:
             key = json.dumps(rec, sort_keys=True)
             if key not in seen:
                 seen.add(key)
                 recs.append(rec)
     recs.sort(key=lambda r: str(r.get("timestamp", "")))
-    tmp = target.with_name(RECORDS_FILE + ".tmp")
+    tmp = target.with_name(records.RECORDS_FILE + ".tmp")
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
     os.replace(tmp, target)
     return target

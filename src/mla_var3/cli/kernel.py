@@ -259,7 +259,8 @@ def cmd_devlog(names, args, docs) -> int:
     from mla_var3.cli import devlog
     from mla_var3.runtime import records, registry
     recs = records.load(args.records) if Path(args.records).exists() else []
-    devlog.write_devlog(registry.resolve(names[0]), names, recs, docs)
+    devlog.write_devlog(registry.resolve(names[0]), names, recs, docs,
+                        compare=args.compare is not None)     # without: keep the other rows there
     return 0
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -136,18 +137,94 @@ def append(rec: dict, directory: str | os.PathLike) -> Path:
     return path
 
 
+def record_problem(obj) -> str | None:
+    """Why a parsed JSON line is not a usable record (None when it is): it must be an object with
+    string 'kind' and 'kernel'; a bench record must also pass `validate_record` (tables read its
+    fields)."""
+    if not isinstance(obj, dict):
+        return f"not a JSON record (a JSON {type(obj).__name__}, expected an object with 'kind' and 'kernel')"
+    missing = [k for k in ("kind", "kernel") if not isinstance(obj.get(k), str)]
+    if missing:
+        return f"not a record (no {' or '.join(repr(k) for k in missing)} string)"
+    if obj["kind"] == "bench":
+        try:
+            validate_record(obj)
+        except RecordError as e:
+            return f"bench {e}"
+    return None
+
+
+def read_file(path: str | os.PathLike) -> tuple[list[dict], list[tuple[int, str, str]]]:
+    """One JSON-lines file -> (its records, its bad lines as (line number, why, raw line)).
+    RecordError when the file cannot be read or is not text (a PNG, an archive)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RecordError(f"records: cannot read {path} ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise RecordError(f"records: {path} is not a text file (expected JSON lines, one record per line)")
+    good, bad = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            bad.append((n, "not a JSON record", line))
+            continue
+        why = record_problem(obj)
+        if why:
+            bad.append((n, why, line))
+        else:
+            good.append(obj)
+    return good, bad
+
+
+def warn_bad(path, bad) -> None:
+    """One `warning: records: <file>:<line>: <why>, skipped` line on stderr per bad line."""
+    for n, why, _ in bad:
+        print(f"warning: records: {path}:{n}: {why}, skipped", file=sys.stderr)
+
+
 def load(paths) -> list[dict]:
-    """Records from files or directories (a directory means its records.jsonl and *.jsonl)."""
+    """Records from files or directories (a directory means its *.jsonl files, records.jsonl
+    among them). A bad line is skipped with one warning naming file and line; a file named
+    directly that holds no record at all (not JSON lines), or a directory without *.jsonl, is a
+    RecordError; a non-text file inside a directory is skipped with a warning."""
     out = []
     for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
         p = Path(p)
         if not p.exists():
             raise RecordError(f"records: {p} does not exist (expected a records.jsonl file or a directory of them)")
-        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+        if p.is_dir():
+            files = sorted(f for f in p.glob("*.jsonl") if f.is_file())
+            if not files:
+                deeper = sum(1 for _ in p.glob("*/*.jsonl"))
+                hint = (f"; its subfolders hold {deeper} (a sweep's workers/? merge them with "
+                        f"python -m mla_var3.sweep merge records={p})" if deeper else "")
+                raise RecordError(f"records: {p} has no *.jsonl file (expected records.jsonl or other "
+                                  f"JSON-lines record files in it){hint}")
+        else:
+            files = [p]
         for f in files:
-            for line in f.read_text().splitlines():
-                if line.strip():
-                    out.append(json.loads(line))
+            try:
+                good, bad = read_file(f)
+            except RecordError as e:
+                if f is p:                      # named directly: the wrong argument, say so
+                    raise
+                print(f"warning: {e}, skipped", file=sys.stderr)
+                continue
+            if f is p and bad and not good:     # e.g. --records README.md
+                n, why, _ = bad[0]
+                raise RecordError(f"records: {f} holds no record (line {n}: {why}; expected JSON lines, "
+                                  f"one object with 'kind' and 'kernel' each)")
+            warn_bad(f, bad)
+            out += good
     return out
 
 
@@ -162,6 +239,18 @@ def latest_records(recs: list[dict]) -> list[dict]:
 def devlog_markers(version: str) -> tuple[str, str]:
     return (f"<!-- mla_var3:generated {version} begin (python -m mla_var3.kernel {version} --devlog) -->",
             f"<!-- mla_var3:generated {version} end -->")
+
+
+def devlog_block(path: str | os.PathLike, version: str) -> str | None:
+    """The body of `version`'s generated block in the devlog at `path`; None without one."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    begin, end = devlog_markers(version)
+    text = path.read_text()
+    if begin not in text or end not in text.split(begin, 1)[1]:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
 def update_devlog(path: str | os.PathLike, version: str, body: str) -> bool:
