@@ -317,6 +317,8 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
              f"inputs: this kernel needs tensors on {device_type}, got {q.device}")
     for name, t in (("q", q), ("kv_cache", kv), ("block_table", bt), ("cache_seqlens", sl)):
         need(t.is_contiguous(), f"{name}: expected a contiguous tensor")
+    if device_type == "cuda":              # GPU kernels read q and the cache through TMA
+        check_tma_alignment(inputs)
     scale = inputs.softmax_scale
     need(isinstance(scale, (int, float)) and scale > 0 and math.isfinite(scale),
          f"softmax_scale: expected a positive finite float, got {scale!r}")
@@ -324,6 +326,14 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
         need(len(inputs.seqlens) == b, f"seqlens: expected {b} host lengths, got {len(inputs.seqlens)}")
         need(max(inputs.seqlens) <= bt.shape[1] * PAGE_SIZE,
              f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(inputs.seqlens)}")
+
+
+def check_tma_alignment(inputs: MlaDecodeInputs) -> None:
+    """TMA needs 16-byte aligned bases: a contiguous view that starts mid-vector is refused."""
+    for name, t in (("q", inputs.q), ("kv_cache", inputs.kv_cache)):
+        if t.data_ptr() % 16:
+            raise InputError(f"{name}: expected a 16-byte aligned tensor (TMA), its address is "
+                             f"{t.data_ptr() % 16} bytes past a 16-byte boundary")
 
 
 def validate_values(inputs: MlaDecodeInputs) -> None:
