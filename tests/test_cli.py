@@ -53,6 +53,7 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--compare=nope"], "unknown kernel 'nope'"),
     (["torch_mla_decode", "--compare=,"], "--compare: expected kernel names"),
     (["torch_mla_decode", "--bogus"], "unrecognized arguments: --bogus"),
+    (["flash_mla_decode", "--check", "--device=cpu"], r"--device=cpu: flash_mla_decode_v\d+ is a cute-dsl kernel and needs a GPU"),
     (["torch_mla_decode", "--check", "--seqlens="], "--seqlens: expected at least one length"),
     (["torch_mla_decode", "--check", "--seqlens=,,,"], "--seqlens: expected at least one length"),
     (["torch_mla_decode", "--check", "--seqlens=5,6", "--seqlen=9"], "--seqlens and --seqlen"),
@@ -131,3 +132,13 @@ def test_devlog_outside_a_checkout_needs_docs_dir(tmp_path, monkeypatch, capsys)
 def test_main_job_shim_and_version_modules_reach_the_same_cli():
     from mla_var3.kernel import __main__ as shim
     assert shim.main is main
+
+
+def test_devlog_without_bench_records_is_one_line(tmp_path, monkeypatch, capsys):
+    from mla_var3.runtime import devices
+    monkeypatch.setattr(devices, "cuda_available", lambda: False)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "records.jsonl").write_text("")
+    rc = main(["torch_mla_decode", "--devlog", f"--records={tmp_path / 'runs'}", f"--docs-dir={tmp_path / 'docs'}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "error: --devlog: no bench records of torch_mla_decode_v1 in the records given", err
