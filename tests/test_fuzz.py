@@ -9,12 +9,11 @@ unsupported is skipped with its reason). MLA_VAR3_FUZZ_EXAMPLES overrides the co
 import os
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mla_var3.layers.mla import decode as mla
-from test_mla_layer import naive_reference
+from test_mla_layer import assert_reference_matches_naive
 
 LENGTHS = st.one_of(st.sampled_from([0, 1, 63, 64, 65, 128, 4096, 20000]), st.integers(0, 20000))
 
@@ -31,13 +30,7 @@ def small_problems(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_problems(), seed=st.integers(0, 1000))
 def test_reference_matches_naive_loop_on_random_problems(problem, seed):
-    inputs = problem.make_inputs(seed=seed)
-    out, lse = problem.reference(inputs)
-    n_out, n_lse = naive_reference(inputs)
-    assert torch.equal(torch.isinf(lse), torch.isinf(n_lse))
-    torch.testing.assert_close(out.double(), n_out, atol=1e-5, rtol=1e-5)
-    fin = torch.isfinite(n_lse)
-    torch.testing.assert_close(lse.double()[fin], n_lse[fin], atol=1e-5, rtol=1e-5)
+    assert_reference_matches_naive(problem.make_inputs(seed=seed))
 
 
 @st.composite
