@@ -6,6 +6,8 @@
     <name> --grid=bench                          benchmark a named grid
     <name> --compare=<a>,<b>|all                 <name> first = the baseline
     <name> --compile-only --arch=sm_90a          no GPU needed
+    <name> --dump=ptx,cubin,sass,mlir|all        compiler output + one summary line per stage (no GPU)
+    --lineinfo                                   CuTe DSL builds with line info (dump, ncu, benchmarks)
     --json=PATH  --records=DIR (default runs/)  --devlog [--docs-dir DIR]
     --prof_type=disabled|annotation|ncu|sanitize
 The dimension flags (--b, --h_q, ...) are those of the kernel's problem kind.
@@ -42,6 +44,10 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--compare", type=str, help="other kernels, comma-separated, or 'all'")
     ap.add_argument("--compile-only", action="store_true", dest="compile_only")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--dump", metavar="KINDS",
+                    help="write ptx,cubin,sass,mlir (or all) under <records>/dump/ and summarize each stage")
+    ap.add_argument("--lineinfo", action="store_true",
+                    help="build CuTe DSL kernels with --generate-line-info (ncu source view; cuTile always has it)")
     ap.add_argument("--json", type=str, help="write the results as JSON here")
     ap.add_argument("--records", type=str, default="runs", help="append run records here (default runs/)")
     ap.add_argument("--devlog", action="store_true",
@@ -284,6 +290,12 @@ def run(argv: list[str]) -> int:
     if problems and args.grid:
         raise UsageError("--grid: give a named grid or problem flags, not both")
     names = kernel_names(args, kind)
+    if args.lineinfo:
+        from mla_var3.runtime import cute_kernel
+        cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes
+    if args.dump is not None:
+        from mla_var3.cli import dump
+        return dump.cmd_dump(names, problems, args, kind)
     docs = None
     if args.devlog:                       # where it goes is checked before any work
         from mla_var3.cli import devlog

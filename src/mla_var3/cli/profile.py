@@ -5,6 +5,7 @@ the hidden `--prof_inner` flag (and the problem as JSON); the inner run makes a 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -21,8 +22,9 @@ def sanitize_problem(kind):
 
 
 def inner_argv(name: str, problem, mode: str, seed: int) -> list[str]:
+    from mla_var3.runtime.cute_kernel import line_info_enabled
     return [name, f"--problem_json={json.dumps(problem.to_dict(), separators=(',', ':'))}",
-            f"--seed={seed}", f"--prof_inner={mode}"]
+            f"--seed={seed}", f"--prof_inner={mode}"] + (["--lineinfo"] if line_info_enabled() else [])
 
 
 def choose_tiling(plan, problem):
@@ -88,6 +90,9 @@ def cmd_ncu(names, problems, args, kind) -> int:
             tail = "\n".join(text.strip().splitlines()[-8:])
             print(f"{name}: ncu {'failed (rc=%d)' % code if code else 'profiled no kernel'}:\n{tail}", file=sys.stderr)
         save_tool_log(args, text)           # the raw output, e.g. for the parser's test fixture
+        if "--lineinfo" in inner:           # the source view needs a report, not the CSV
+            cmd = profiling.ncu_report_command(inner, prefix, f"{name}_lineinfo")
+            print(f"{name}: for ncu's source view (SASS <-> Python lines):\n  " + shlex.join(cmd))
         for r in rows:
             table.append({"version": name, **r})
         rec = records.make_record("profile", plan, tiling, problem, prof_type="ncu", rows=rows,

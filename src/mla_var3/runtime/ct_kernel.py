@@ -32,11 +32,12 @@ class CtKernel(Stage):
         import torch
         ct.launch(torch.cuda.current_stream(), self.grid(*args), self.kernel, self.kernel_args(*args))
 
-    def export(self, arch: str = "sm_90a") -> bytes:
-        """Compile for `arch` without a GPU; returns the cubin bytes."""
+    def export(self, arch: str = "sm_90a", output_format: str = "cubin") -> bytes:
+        """Compile for `arch` without a GPU; returns the cubin bytes (or, with
+        output_format="tileir_bytecode", the Tile IR bytecode tileiras would compile)."""
         if self.signatures is None:
             raise PlanError(f"stage {self.name}: no export signatures given, cannot compile ahead")
         from cuda.tile.compilation import export_kernel
         buf = io.BytesIO()
-        export_kernel(self.kernel, self.signatures(), buf, gpu_code=gpu_code_for(arch), output_format="cubin")
+        export_kernel(self.kernel, self.signatures(), buf, gpu_code=gpu_code_for(arch), output_format=output_format)
         return buf.getvalue()

@@ -4,6 +4,10 @@ Compiled once per (kernel, stage, tiling key, dtypes, static dims, arch, compile
 dynamic extents (batch, pages) are `cute.sym_int`s in the fake tensors, so one compile serves
 every batch and length. The call goes through TVM-FFI with torch tensors directly (~12 us host
 time on the H200, against ~233 us for the from_dlpack path) on the caller's current stream.
+
+Line info (`--lineinfo` on the CLI): `enable_line_info()` sets MLA_VAR3_LINEINFO=1 for this
+process and the ones it starts (the ncu inner run, autotune trials); every CuteKernel built while
+it is set appends `--generate-line-info` to its options, so it is part of the compile key.
 """
 from __future__ import annotations
 
@@ -18,6 +22,27 @@ from mla_var3.runtime.runtime_kernel import Stage
 
 DEFAULT_ARCH = "sm_90a"
 DEFAULT_OPTIONS = "--enable-tvm-ffi"
+LINE_INFO_ENV = "MLA_VAR3_LINEINFO"
+LINE_INFO_OPTION = "--generate-line-info"
+
+
+def enable_line_info(on: bool = True) -> None:
+    """Build every CuteKernel made from now on (here and in child processes) with line info."""
+    if on:
+        os.environ[LINE_INFO_ENV] = "1"
+    else:
+        os.environ.pop(LINE_INFO_ENV, None)
+
+
+def line_info_enabled() -> bool:
+    return os.environ.get(LINE_INFO_ENV, "") == "1"
+
+
+def with_line_info(options: str) -> str:
+    """`options` plus --generate-line-info when line info is on (once)."""
+    if line_info_enabled() and LINE_INFO_OPTION not in options.split():
+        return f"{options} {LINE_INFO_OPTION}".strip()
+    return options
 
 
 def ensure_dsl_arch(arch: str = DEFAULT_ARCH) -> None:
@@ -61,7 +86,7 @@ class CuteKernel(Stage):
                  stage: str = "main", arch: str = DEFAULT_ARCH, options: str = DEFAULT_OPTIONS):
         self.name, self.build, self.fake_args, self.launch_args = stage, build, fake_args, launch_args
         self.key = CompileKey(kernel=kernel, stage=stage, tiling=tiling_key, dtypes=tuple(str(d) for d in dtypes),
-                              static=tuple(static), arch=arch, options=options)
+                              static=tuple(static), arch=arch, options=with_line_info(options))
 
     @property
     def options(self) -> str:

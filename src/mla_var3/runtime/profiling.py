@@ -113,6 +113,14 @@ def ncu_command(inner_argv: list[str], range_prefix: str, launches: int = DEFAUL
             sys.executable, "-m", "mla_var3.kernel", *inner_argv]
 
 
+def ncu_report_command(inner_argv: list[str], range_prefix: str, report: str) -> list[str]:
+    """The same run recorded as an ncu report with the source imported: with a line-info build
+    (--lineinfo), ncu's source view maps each SASS instruction back to its Python line."""
+    return ["ncu", "--clock-control", "none", "--target-processes", "all", "--set", "full",
+            "--import-source", "yes", "--nvtx", "--nvtx-include", f"{range_prefix}:profile/",
+            "-o", report, sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+
+
 def _to_float(text: str) -> float | None:
     text = text.strip().replace(",", "")
     if text in ("", "n/a", "N/A"):

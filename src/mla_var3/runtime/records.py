@@ -101,6 +101,9 @@ def make_record(kind: str, plan, tiling, problem, *, grid: str | None = None, **
            "grid": grid, "env": environment()}
     if getattr(plan, "upstream", ""):            # a peer: the outside code and commit it ran
         rec["upstream"] = plan.upstream
+    from mla_var3.runtime.cute_kernel import line_info_enabled
+    if line_info_enabled():                      # --lineinfo: CuTe DSL stages built with line info
+        rec["lineinfo"] = True
     rec.update(fields)
     return rec
 
