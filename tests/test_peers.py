@@ -185,7 +185,7 @@ def test_the_peer_passes_flashmla_its_arguments_and_returns_its_tensors(monkeypa
             return out.to(torch.bfloat16), lse, "sched", "splits"
     monkeypatch.setattr(type(plan), "extension", lambda self: FakeExtension)
     inputs = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130)).make_inputs()
-    kern = plan.plan(inputs, plan.Tiling())
+    kern = plan.plan(inputs, plan.Tiling(metadata="per_call"))
     assert [s.name for s in kern.stages] == ["dense_decode_fwd"]
     out, lse = kern.run(inputs)
     (args,) = calls
@@ -193,6 +193,15 @@ def test_the_peer_passes_flashmla_its_arguments_and_returns_its_tensors(monkeypa
     assert args[3] is inputs.cache_seqlens and args[4] is inputs.block_table
     assert args[5] == pytest.approx(576 ** -0.5) and args[6] is True and args[7:] == (None, None)
     assert mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130)).compare((out, lse), mla.reference(inputs)).passed
+    # per_step (the default): the schedule is made once in prepare, then passed back on every call
+    calls.clear()
+    kern = plan.plan(inputs, plan.Tiling())
+    ws = kern.prepare(inputs)
+    assert ws == {"sched": "sched", "num_splits": "splits"} and calls[0][7:] == (None, None)
+    kern.launch(inputs, None, ws)
+    kern.launch(inputs, None, ws)
+    assert [c[7:] for c in calls[1:]] == [("sched", "splits"), ("sched", "splits")]
+    assert plan.Tiling(metadata="never").validate(None, None)
 
 
 # ---- the build script -------------------------------------------------------------------------------

@@ -7,14 +7,18 @@ the extension through MLA_VAR3_FLASHMLA (the .so or its directory), else in
 `third_party/FlashMLA/build/` under the current directory; without it the plan still loads,
 `list` shows it unavailable with the build command and `build` refuses in one line.
 
-What one timed call contains - exactly what `flash_mla_with_kvcache` runs on the first call with a
-fresh `get_mla_metadata()` (once per decode step in a model, i.e. whenever the lengths change):
-one `dense_decode_fwd(q, kv_cache, 512, cache_seqlens, block_table, scale, causal, None, None)`,
-which launches FlashMLA's scheduling-metadata kernel (the split schedule from the device lengths:
-FlashMLA's API computes it inside the call when given no metadata, so it is not a separate stage
-here), its split-KV kernel and its combine kernel (chained by programmatic dependent launch), and
-allocates its outputs and fp32 split accumulators (from the CUDA graph's pool when the bench
-replays a graph); for s_q > 1 its returned lse is a transposed copy its API makes. Nothing of
+What one timed call contains depends on the tiling's `metadata` (how FlashMLA is used):
+- "per_step" (default): what every layer after the first of a decode step runs - FlashMLA's
+  scheduling metadata was computed once for these lengths (here: in `prepare`, outside the timed
+  region, by one full call) and each call passes it back: one `dense_decode_fwd(q, kv_cache, 512,
+  cache_seqlens, block_table, scale, causal, sched, num_splits)`, i.e. its split-KV kernel and its
+  combine kernel (chained by programmatic dependent launch). As in FlashMLA, that metadata is only
+  valid while the lengths stay the same (a CUDA graph replayed with new lengths needs "per_call").
+- "per_call": what `flash_mla_with_kvcache` runs with a fresh `get_mla_metadata()` (the first
+  layer of a step): the same call with None, None, which also launches FlashMLA's
+  scheduling-metadata kernel (the split schedule from the device lengths).
+Either way it allocates its outputs and fp32 split accumulators (from the CUDA graph's pool when
+the bench replays a graph); for s_q > 1 its returned lse is a transposed copy its API makes. Nothing of
 ours runs in the call: the tensors FlashMLA returns are the outputs the check compares (the
 harness's poisoned buffers stay untouched; runtime_kernel.py "Outputs"), and nothing is copied.
 causal = s_q > 1, as in our problem kind (FlashMLA ignores causal for s_q = 1).
@@ -53,9 +57,18 @@ def num_sm_parts(problem: MlaDecodeProblem, sms: int) -> int:
     return max(sms // math.ceil(problem.s_q * problem.h_q / BLOCK_M), 1)
 
 
+METADATA_MODES = ("per_step", "per_call")
+
+
 @dataclass(frozen=True)
 class PeerTiling(Tiling):
-    """FlashMLA chooses everything itself: nothing to tune."""
+    """FlashMLA chooses its own tiling; the one choice is when its scheduling metadata is made."""
+    metadata: str = "per_step"      # "per_step": once per lengths, reused (module docstring); "per_call"
+
+    def validate(self, problem, device) -> list[str]:
+        if self.metadata not in METADATA_MODES:
+            return [f"metadata must be one of {', '.join(METADATA_MODES)}, got {self.metadata!r}"]
+        return []
 
 
 class FlashMlaDecodeV1(KernelPlan):
@@ -101,13 +114,24 @@ class FlashMlaDecodeV1(KernelPlan):
             raise PlanError(f"{self.name} is unavailable: {self.unavailable()}")
         causal = inputs.s_q > 1
 
+        def call(inputs, sched, splits):
+            return ext.dense_decode_fwd(inputs.q, inputs.kv_cache, D_V, inputs.cache_seqlens, inputs.block_table,
+                                        float(inputs.softmax_scale), causal, sched, splits)
+
         def dense_decode_fwd(inputs, workspace):
-            out, lse, _sched, _splits = ext.dense_decode_fwd(
-                inputs.q, inputs.kv_cache, D_V, inputs.cache_seqlens, inputs.block_table,
-                float(inputs.softmax_scale), causal, None, None)
+            out, lse, _sched, _splits = call(inputs, workspace.get("sched"), workspace.get("num_splits"))
             return out, lse
 
-        return self.runtime(tiling, PeerKernel(dense_decode_fwd, name="dense_decode_fwd"))
+        def metadata(inputs):
+            """FlashMLA's schedule for these lengths, from one full call (outside the timed region)."""
+            _out, _lse, sched, splits = call(inputs, None, None)
+            return {"sched": sched, "num_splits": splits}
+
+        return self.runtime(tiling, PeerKernel(dense_decode_fwd, name="dense_decode_fwd"),
+                            workspace=metadata if tiling.metadata == "per_step" else None)
+
+    def example_bad_tilings(self) -> list[PeerTiling]:
+        return [PeerTiling(metadata="never")]
 
     def compile_only(self, problem, arch: str, tiling=None) -> dict:
         return {"compiled": False,
