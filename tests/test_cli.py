@@ -55,6 +55,12 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--bogus"], "unrecognized arguments: --bogus"),
     (["flash_mla_decode", "--check", "--device=cpu"], r"--device=cpu: flash_mla_decode_v\d+ is a cute-dsl kernel and needs a GPU"),
     (["torch_mla_decode", "--check", "--seqlens="], "--seqlens: expected at least one length"),
+    (["torch_mla_decode", "--check", "--tiling=nope=1"],
+     "--tiling: torch_mla_decode_v1 has no tiling field 'nope'; its fields: batch_chunk"),
+    (["torch_mla_decode", "--check", "--tiling=batch_chunk=x"], "--tiling: batch_chunk='x' is not a valid int"),
+    (["torch_mla_decode", "--check", "--tiling=batch_chunk"], "--tiling: expected key=value pairs"),
+    (["torch_mla_decode", "--check", "--seqlens=1,65", "--device=cpu", "--tiling=batch_chunk=0"],
+     "tiling batch_chunk=0 does not fit torch_mla_decode_v1"),
     (["torch_mla_decode", "--check", "--seqlens=,,,"], "--seqlens: expected at least one length"),
     (["torch_mla_decode", "--check", "--seqlens=5,6", "--seqlen=9"], "--seqlens and --seqlen"),
     (["torch_mla_decode", "--seed=99999999999999999999"], "--seed: expected 0.."),
@@ -142,3 +148,19 @@ def test_devlog_without_bench_records_is_one_line(tmp_path, monkeypatch, capsys)
     rc = main(["torch_mla_decode", "--devlog", f"--records={tmp_path / 'runs'}", f"--docs-dir={tmp_path / 'docs'}"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == "error: --devlog: no bench records of torch_mla_decode_v1 in the records given", err
+
+
+def test_tiling_flag_runs_the_first_kernel_with_it(tmp_path, capsys):
+    rc = main(["torch_mla_decode", "--check", "--seqlens=1,65", "--s_q=2", "--h_q=4", "--device=cpu",
+               "--tiling=batch_chunk=1", f"--records={tmp_path}"])
+    assert rc == 0 and "batch_chunk_1" not in capsys.readouterr().err
+    rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1])
+    assert rec["tiling"] == {"batch_chunk": 1} and rec["passed"]
+
+
+def test_tiling_flag_converts_to_the_fields_types():
+    from mla_var3.cli.tiling import parse_tiling
+    from mla_var3.runtime import registry
+    t = parse_tiling(registry.get_plan("flash_mla_decode_v3"), "chunk=16, num_threads=256")
+    assert t.chunk == 16 and t.num_threads == 256 and t.block_n == 64
+    assert parse_tiling(registry.get_plan("flashmla_decode_v1"), "metadata=per_call").metadata == "per_call"

@@ -18,15 +18,17 @@ def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 
 
 
 def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0, tune: bool = False,
-                 **extra) -> dict:
-    """Benchmark one plan on one problem (every stage of the call) and return its record."""
+                 tiling=None, **extra) -> dict:
+    """Benchmark one plan on one problem (every stage of the call) and return its record.
+    `tiling` (given by the user) wins over autotune and the cached winners."""
     from mla_var3.runtime import devices
     devices.require_arch(plan.name, plan.arch, device)
     reasons = plan.supports(problem)
     if reasons:
         from mla_var3.errors import PlanError
         raise PlanError(f"{plan.name} does not support {problem.key()}: " + "; ".join(reasons))
-    tiling = choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)
+    if tiling is None:
+        tiling = choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)
     fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=seed, rep_ms=rep_ms)
     rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)
     records.validate_record(rec)
@@ -34,15 +36,15 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
 
 
 def check_record(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = "cuda",
-                 grid: str | None = None, on_result=None) -> tuple[dict, list]:
+                 grid: str | None = None, on_result=None, tiling=None) -> tuple[dict, list]:
     """Check one plan on `problems` (a named `grid`, or one problem); returns (record, outcomes).
     The record passes when nothing failed; skipped problems are counted, not hidden."""
     results = check.check_plan(plan, problems, seeds=seeds, extra_seeds=extra_seeds, device=device,
-                               on_result=on_result)
+                               on_result=on_result, tiling=tiling)
     n_fail = sum(r.status == "fail" for r in results)
     n_skip = sum(r.status == "skip" for r in results)
     single = grid is None and len(problems) == 1
-    rec = records.make_record("check", plan, None, problems[0] if single else None,
+    rec = records.make_record("check", plan, tiling, problems[0] if single else None,
                               grid=None if single else (grid or "custom"), passed=n_fail == 0,
                               seeds=list(seeds), device=device,
                               errors={"failed": n_fail, "skipped": n_skip, "total": len(results)},

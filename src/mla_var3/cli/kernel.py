@@ -61,6 +61,8 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--problem_json", help=argparse.SUPPRESS)       # the inner profiling run's problem
     ap.add_argument("--tool-log", dest="tool_log", help="append ncu's / compute-sanitizer's raw output here")
     ap.add_argument("--autotune", action="store_true", help="autotune the tiling before benchmarking")
+    ap.add_argument("--tiling", help="key=value,... fields of the first kernel's Tiling (e.g. chunk=16); "
+                                     "wins over --autotune and cached winners")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
     for kind in kinds:
@@ -200,6 +202,14 @@ def pick_device(args, plan) -> str:
                       f"use --compile-only --arch=sm_90a here")
 
 
+def user_tiling(args, plan, names):
+    """The --tiling of the first kernel (None for the others and without the flag)."""
+    if not args.tiling or plan.name != names[0]:
+        return None
+    from mla_var3.cli.tiling import parse_tiling
+    return parse_tiling(plan, args.tiling)
+
+
 def cmd_check(names, problems, args, kind) -> int:
     from mla_var3 import jobs
     from mla_var3.runtime import records, registry
@@ -221,6 +231,7 @@ def cmd_check(names, problems, args, kind) -> int:
                   + (f"  <- {res.reason}" if res.status == "fail" else ""))
         t0 = time.perf_counter()
         rec, results = jobs.check_record(plan, problems, seeds=seeds, extra_seeds=(args.seed,), device=device,
+                                         tiling=user_tiling(args, plan, names),
                                          grid=grid, on_result=show)
         records.append(rec, args.records)
         out.append(rec)
@@ -247,7 +258,8 @@ def cmd_bench(names, problems, args, kind) -> int:
             if reasons:
                 print(f"  {name:26} {problem.key():44} skipped: {'; '.join(reasons)}")
                 continue
-            rec = jobs.bench_record(plan, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune)
+            rec = jobs.bench_record(plan, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
+                                    tiling=user_tiling(args, plan, names))
             records.append(rec, args.records)
             recs.append(rec)
             print(f"  {name:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
@@ -290,6 +302,10 @@ def run(argv: list[str]) -> int:
     if problems and args.grid:
         raise UsageError("--grid: give a named grid or problem flags, not both")
     names = kernel_names(args, kind)
+    if args.tiling:
+        from mla_var3.cli.tiling import parse_tiling
+        from mla_var3.runtime import registry
+        parse_tiling(registry.get_plan(names[0]), args.tiling)      # a bad --tiling fails before any work
     if args.lineinfo:
         from mla_var3.runtime import cute_kernel
         cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes
