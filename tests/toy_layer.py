@@ -61,7 +61,7 @@ class VectorAddProblem(Problem):
     def reference(self, inputs):
         return (inputs.x.double() + inputs.y.double(),)
 
-    def compare(self, outputs, reference, dist="default"):
+    def compare(self, outputs, reference, dist="default", inputs=None):
         ok, max_abs, _ = cmp.elementwise(outputs[0], reference[0], 1e-6, 1e-6)
         bad = cmp.special_positions_match(outputs[0].double(), reference[0])
         return Comparison(ok and not bad, bad or ("" if ok else f"max abs {max_abs:.3g}"), {"max_abs": max_abs})
@@ -132,7 +132,7 @@ class ColumnSumProblem(Problem):
     def reference(self, inputs):
         return (inputs.x.double().sum(0),)
 
-    def compare(self, outputs, reference, dist="default"):
+    def compare(self, outputs, reference, dist="default", inputs=None):
         ok, max_abs, _ = cmp.elementwise(outputs[0], reference[0], 1e-3, 1e-5)
         return Comparison(ok, "" if ok else f"max abs {max_abs:.3g}", {"max_abs": max_abs})
 

@@ -36,6 +36,7 @@ def main() -> int:
     print(f"reference b=2 s_q=2 h_q=16 seqlens=65,130: out {list(out.shape)} |out|max={float(out.abs().max()):.4f}, "
           f"lse {list(lse.shape)} in {time.perf_counter() - t0:.2f}s")
     rc |= cli(["torch_mla_decode", "--check", "--grid=smoke", "--device=cpu"])
+    rc |= cli(["torch_gemm", "--check", "--grid=smoke", "--device=cpu"])
     print()
     if not devices.cuda_available():
         print("needs a GPU (skipped here): running the CuTe DSL/cuTile kernels, --check on the check grid, "
@@ -52,8 +53,14 @@ def main() -> int:
     for name in runnable:
         rc |= cli([name, "--check"])
     newest = [n for n in runnable if n == registry.resolve(registry.resolve(n).design).name]
-    rc |= cli([newest[0], "--b=128", "--s_q=1", "--h_q=64", "--seqlen=4096"]
-              + ([f"--compare={','.join(newest[1:])}"] if newest[1:] else []))
+    mla_newest = [n for n in newest if registry.get_plan(n).problem_kind.kind == "mla_decode"]
+    if mla_newest:
+        rc |= cli([mla_newest[0], "--b=128", "--s_q=1", "--h_q=64", "--seqlen=4096"]
+                  + ([f"--compare={','.join(mla_newest[1:])}"] if mla_newest[1:] else []))
+    gemm_newest = [n for n in newest if registry.get_plan(n).problem_kind.kind == "gemm"]
+    if gemm_newest:
+        rc |= cli([gemm_newest[0], "--m=8192", "--n=8192", "--k=8192"]
+                  + ([f"--compare={','.join(gemm_newest[1:])}"] if gemm_newest[1:] else []))
     return rc
 
 

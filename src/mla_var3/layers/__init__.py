@@ -8,7 +8,8 @@ import importlib
 
 from mla_var3.errors import RegistryError
 
-KINDS = {"mla_decode": "mla_var3.layers.mla.decode:MlaDecodeProblem"}
+KINDS = {"mla_decode": "mla_var3.layers.mla.decode:MlaDecodeProblem",
+         "gemm": "mla_var3.layers.gemm.matmul:GemmProblem"}
 
 
 def problem_kind(name: str) -> type:

@@ -101,8 +101,9 @@ class Problem:
         """The float32 reference outputs, in the order of make_outputs."""
         raise NotImplementedError
 
-    def compare(self, outputs: tuple, reference: tuple, dist: str = "default") -> Comparison:
-        """Outputs against the reference with this kind's tolerances (which may depend on dist)."""
+    def compare(self, outputs: tuple, reference: tuple, dist: str = "default", inputs=None) -> Comparison:
+        """Outputs against the reference with this kind's tolerances (which may depend on dist, and
+        on the inputs: e.g. a GEMM's tolerance is relative to torch.matmul's own error on them)."""
         raise NotImplementedError
 
     def flops_bytes(self, inputs) -> tuple[int, int]:

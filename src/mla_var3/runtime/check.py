@@ -40,7 +40,7 @@ def check_one(plan, problem, *, seed: int = 0, dist: str = "default", device: st
         kern.compile()
     with annotate(plan.name, kern.tiling.key(), "check"):
         outputs = kern.run(inputs)               # fresh NaN-filled outputs, fresh workspace
-    cmp = problem.compare(outputs, problem.reference(inputs), dist)
+    cmp = problem.compare(outputs, problem.reference(inputs), dist, inputs=inputs)
     return CheckOutcome(problem.key(), seed, dist, "pass" if cmp.passed else "fail", cmp.reason, cmp.errors)
 
 

@@ -181,7 +181,7 @@ class MlaDecodeProblem(Problem):
     def reference(self, inputs: MlaDecodeInputs) -> tuple[torch.Tensor, torch.Tensor]:
         return reference(inputs)
 
-    def compare(self, outputs, reference, dist: str = "default") -> Comparison:
+    def compare(self, outputs, reference, dist: str = "default", inputs=None) -> Comparison:
         (out, lse), (ref_out, ref_lse) = outputs, reference
         return compare(out, lse, ref_out, ref_lse, peaked=dist == "peaked")
 

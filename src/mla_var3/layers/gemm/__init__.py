@@ -1,0 +1,1 @@
+"""The GEMM layer: C = A @ B^T (matmul.py)."""
