@@ -23,10 +23,7 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
     `tiling` (given by the user) wins over autotune and the cached winners."""
     from mla_var3.runtime import devices
     devices.require_arch(plan.name, plan.arch, device)
-    reasons = plan.supports(problem)
-    if reasons:
-        from mla_var3.errors import PlanError
-        raise PlanError(f"{plan.name} does not support {problem.key()}: " + "; ".join(reasons))
+    plan.require_supported(problem)              # before any input is allocated
     if tiling is None:
         tiling = choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)
     fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=seed, rep_ms=rep_ms)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mla_var3.errors import PlanError, UsageError
+from mla_var3.errors import UsageError
 from mla_var3.runtime import artifacts, sass
 
 DUMPABLE_LANGUAGES = ("cute-dsl", "cutile")
@@ -115,9 +115,7 @@ def cmd_dump(names, problems, args, kind) -> int:
     plan = registry.get_plan(names[0])
     kinds = check_request(names, problems, args, plan)
     problem = (problems or [kind.default_problem()])[0]
-    reasons = plan.supports(problem)
-    if reasons:
-        raise PlanError(f"{plan.name} does not support {problem.key()}: " + "; ".join(reasons))
+    plan.require_supported(problem)
     tiling, source = choose_tiling(plan, problem)
     plan.check_tiling(tiling, problem, None)
     tools = sass.find_disassemblers()

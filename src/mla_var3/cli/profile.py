@@ -29,8 +29,9 @@ def inner_argv(name: str, problem, mode: str, seed: int) -> list[str]:
 
 def choose_tiling(plan, problem):
     """What a benchmark of this problem would run: the tuned winner, else the default."""
-    from mla_var3.runtime import autotune, devices
-    return autotune.lookup(plan, problem, devices.current_device().name) or plan.default_tiling(problem)
+    from mla_var3.jobs import choose_tiling as bench_tiling
+    from mla_var3.runtime import devices
+    return bench_tiling(plan, problem, devices.current_device()) or plan.default_tiling(problem)
 
 
 def run_inner(name: str, problem, mode: str, seed: int, launches: int = profiling.DEFAULT_LAUNCHES) -> int:

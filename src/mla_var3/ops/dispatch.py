@@ -20,7 +20,7 @@ import torch
 
 from mla_var3.errors import InputError, PlanError, UsageError
 from mla_var3.layers.mla.decode import (D_QK, D_V, H_KV, MAX_BATCH, MAX_SEQLEN, PAGE_SIZE, MlaDecodeInputs,
-                                        MlaDecodeProblem)
+                                        MlaDecodeProblem, check_tma_alignment)
 from mla_var3.runtime import devices, registry
 
 OP_NAME = "mla_var3::mla_decode"
@@ -86,15 +86,6 @@ def check_scale(softmax_scale) -> float:
     return float(softmax_scale)
 
 
-def _check_alignment(q, k_cache) -> None:
-    """GPU kernels read q and the cache through TMA: 16-byte aligned bases (checked per call, the
-    runtime kernel is cached per shape)."""
-    for name, t in (("q", q), ("k_cache", k_cache)):
-        if t.data_ptr() % 16:
-            raise InputError(f"{name}: expected a 16-byte aligned tensor (TMA), its address is "
-                             f"{t.data_ptr() % 16} bytes past a 16-byte boundary")
-
-
 # ---- kernel choice and the per-shape cache ----------------------------------------------------
 
 @dataclass(frozen=True)
@@ -110,8 +101,8 @@ class _Runtime:
         own split buffers do: stream-ordered, from the graph's pool while a CUDA graph captures,
         and no memory held per shape (engines see hundreds of batch sizes). Both are sized from
         shapes only."""
-        if self.gpu:
-            _check_alignment(q, k_cache)
+        if self.gpu:       # TMA: checked per call, the runtime kernel is cached per shape
+            check_tma_alignment(("q", q), ("k_cache", k_cache))
         inputs = MlaDecodeInputs(q, k_cache, block_table, cache_seqlens, scale, self.host_seqlens)
         b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
         out = torch.empty((b, s_q, h_q, D_V), dtype=q.dtype, device=q.device)

@@ -94,6 +94,13 @@ class KernelPlan:
             return [f"{self.name} solves {self.problem_kind.kind}, not {getattr(problem, 'kind', type(problem).__name__)}"]
         return []
 
+    def require_supported(self, problem) -> None:
+        """Raise PlanError with every reason `supports` gives (callers that must refuse before
+        allocating anything call it too)."""
+        reasons = self.supports(problem)
+        if reasons:
+            raise PlanError(f"{self.name} does not support {problem.key()}: " + "; ".join(reasons))
+
     # ---- tilings ---------------------------------------------------------------------------
     def default_tiling(self, problem):
         """The heuristic choice when nothing is tuned."""
@@ -138,9 +145,7 @@ class KernelPlan:
         if check_values:
             kind.validate_values(inputs)
         problem = kind.from_inputs(inputs)
-        reasons = self.supports(problem)
-        if reasons:
-            raise PlanError(f"{self.name} does not support {problem.key()}: " + "; ".join(reasons))
+        self.require_supported(problem)
         if tiling is None:
             tiling = self.default_tiling(problem)
         self.check_tiling(tiling, problem, device)

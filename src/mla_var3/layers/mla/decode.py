@@ -318,7 +318,7 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
     for name, t in (("q", q), ("kv_cache", kv), ("block_table", bt), ("cache_seqlens", sl)):
         need(t.is_contiguous(), f"{name}: expected a contiguous tensor")
     if device_type == "cuda":              # GPU kernels read q and the cache through TMA
-        check_tma_alignment(inputs)
+        check_tma_alignment(("q", q), ("kv_cache", kv))
     scale = inputs.softmax_scale
     need(isinstance(scale, (int, float)) and scale > 0 and math.isfinite(scale),
          f"softmax_scale: expected a positive finite float, got {scale!r}")
@@ -328,9 +328,10 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
              f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(inputs.seqlens)}")
 
 
-def check_tma_alignment(inputs: MlaDecodeInputs) -> None:
-    """TMA needs 16-byte aligned bases: a contiguous view that starts mid-vector is refused."""
-    for name, t in (("q", inputs.q), ("kv_cache", inputs.kv_cache)):
+def check_tma_alignment(*named: tuple[str, torch.Tensor]) -> None:
+    """TMA needs 16-byte aligned bases: a contiguous view that starts mid-vector is refused.
+    `named`: (argument name, tensor) pairs, so each caller's message names its own argument."""
+    for name, t in named:
         if t.data_ptr() % 16:
             raise InputError(f"{name}: expected a 16-byte aligned tensor (TMA), its address is "
                              f"{t.data_ptr() % 16} bytes past a 16-byte boundary")
