@@ -88,10 +88,6 @@ class CuteKernel(Stage):
         self.key = CompileKey(kernel=kernel, stage=stage, tiling=tiling_key, dtypes=tuple(str(d) for d in dtypes),
                               static=tuple(static), arch=arch, options=with_line_info(options))
 
-    @property
-    def options(self) -> str:
-        return self.key.options
-
     def compile(self):
         fn = _CACHE.get(self.key)
         if fn is None:

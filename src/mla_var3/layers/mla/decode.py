@@ -214,10 +214,6 @@ class MlaDecodeProblem(Problem):
 
     # ---- CLI --------------------------------------------------------------------------------
     @classmethod
-    def default_problem(cls) -> "MlaDecodeProblem":
-        return cls()
-
-    @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
         g = parser.add_argument_group("MLA decode problem (mla_decode)")
         g.add_argument("--b", type=int, dest="b", help="batch: sequences per call")
