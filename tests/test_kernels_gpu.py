@@ -121,3 +121,61 @@ def test_autotune_rejects_wrong_answers_before_timing_and_isolates(tmp_path, mon
     iso = autotune.autotune(registry.get_plan("torch_mla_decode_v1"), problem, configs=[T(batch_chunk=16), T(batch_chunk=0)],
                             rep_ms=5, use_cache=False, isolate=True, timeout_s=120)
     assert [t["status"] for t in iso.trials] == ["ok", "invalid"] and iso.best_us > 0
+
+
+NEWEST = [e.name for e in registry.newest_entries() if e.load().problem_kind is mla.MlaDecodeProblem]
+
+
+def _runnable(name):
+    plan = registry.get_plan(name)
+    if plan.unavailable():
+        pytest.skip(f"{name}: {plan.unavailable()}")
+    if not devices.arch_supported(plan.arch, devices.current_device().arch):
+        pytest.skip(f"{name} needs {plan.arch}")
+    return plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NEWEST)
+def test_compile_cache_keeps_shape_classes_tilings_and_options_apart(name, monkeypatch):
+    """Back to back in one process: two shape classes (s_q, h_q are compile-time), each plan's
+    autotune tilings, then the same again with line info on (another compile option). A compile
+    cache keyed too coarsely would hand one of them another's kernel and fail the comparison."""
+    from mla_var3.runtime import cute_kernel
+    plan = _runnable(name)
+    problems = [mla.MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlen=700, varlen=True),
+                mla.MlaDecodeProblem(b=3, s_q=2, h_q=128, seqlen=1500, varlen=True)]
+    failed = []
+    for line_info in (False, True):
+        monkeypatch.setenv("MLA_VAR3_LINEINFO", "1" if line_info else "0")
+        assert cute_kernel.line_info_enabled() == line_info
+        for problem in problems:
+            if plan.supports(problem):
+                continue
+            for tiling in plan.autotune_configs(problem)[:3]:
+                if tiling.validate(problem, devices.current_device()):
+                    continue
+                r = check.check_one(plan, problem, seed=1, tiling=tiling)
+                if not r.passed:
+                    failed.append(f"lineinfo={line_info} {problem.key()} {tiling.key()}: {r.reason}")
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ENTRIES)
+def test_same_inputs_give_bit_identical_outputs(name):
+    """Determinism: two calls on the same inputs (varlen, causal, split-KV cells included) give the
+    same bits; every kernel here reduces in a fixed order (no atomics), so any difference is a bug."""
+    import torch
+    plan = _runnable(name)
+    problem = mla.MlaDecodeProblem(b=9, s_q=2, h_q=64, seqlen=3000, varlen=True)
+    inputs = problem.make_inputs(seed=3, device="cuda")
+    tiling = plan.Tiling(metadata="per_call") if plan.language == "peer" else None
+    kern = plan.build(inputs, tiling)
+    kern.compile()
+    first = [t.clone() for t in kern.run(inputs)]
+    for _ in range(3):
+        again = kern.run(inputs)
+        for a, b in zip(first, again):
+            assert torch.equal(a.view(torch.int32) if a.dtype == torch.float32 else a.view(torch.int16),
+                               b.view(torch.int32) if b.dtype == torch.float32 else b.view(torch.int16))
