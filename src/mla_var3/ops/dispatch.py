@@ -10,7 +10,8 @@ shapes, dtypes and the device, so a call can be captured in a CUDA graph and rep
 
 Per (device, shapes, dtypes) the op builds one runtime kernel - the first registered version, in
 `LANGUAGE_ORDER`, newest first, that runs on this device's arch and supports the problem (page
-size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in (`_stand_in_length`).
+size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in
+(`_stand_in_length`).
 """
 import math
 import os
