@@ -36,6 +36,27 @@ def test_seqlens_set_the_batch():
     assert problems("torch_mla_decode") is None
 
 
+def test_page_size_flag():
+    (p,) = problems("torch_mla_decode", "--seqlens=5,40", "--page_size=16")
+    assert p.page_size == 16 and p.key() == "b=2,s_q=1,h_q=64,seqlens=5,40,page_size=16"
+    (p,) = problems("torch_mla_decode", "--b=2")
+    assert p.page_size == 64
+    (p,) = problems("torch_mla_decode", "--page_size=32")          # alone it is a dimension flag too
+    assert p.page_size == 32 and p.b == 128
+
+
+def test_check_at_page_16_on_cpu_and_compile_only_skips_with_the_reason(tmp_path, capsys):
+    rc = main(["torch_mla_decode", "--check", "--seqlens=1,17,40", "--s_q=4", "--h_q=4", "--page_size=16",
+               "--device=cpu", f"--records={tmp_path}"])
+    assert rc == 0 and "PASSED 3/3 cases on 1 problems" in capsys.readouterr().out
+    rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1])
+    assert rec["problem"]["page_size"] == 16 and rec["problem_key"].endswith(",page_size=16")
+    assert main(["flash_mla_decode", "--compile-only", "--arch=sm_90a", "--b=1", "--s_q=1", "--h_q=16",
+                 "--page_size=16"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"flash_mla_decode_v\d+ s_q=1,h_q=16,page_size=16: skipped, page size 16: .*page_size 64 only", out)
+
+
 def test_prof_type_is_accepted():
     assert parse(["torch_mla_decode", "--prof_type=ncu"])[0].prof_type == "ncu"
 
@@ -44,6 +65,7 @@ def test_prof_type_is_accepted():
     (["nope", "--check"], "unknown kernel 'nope'"),
     (["torch_mla_decode", "--b=0"], "b: expected 1..4096"),
     (["torch_mla_decode", "--h_q=300"], "h_q: expected"),
+    (["torch_mla_decode", "--check", "--page_size=128"], r"^error: page_size: expected one of 16, 32, 64 \(rows per cache page\), got 128$"),
     (["torch_mla_decode", "--b=2", "--seqlens=1,2,3"], "--b=2 but --seqlens gives 3"),
     (["torch_mla_decode", "--seqlens=1,x"], "--seqlens: expected comma-separated ints"),
     (["torch_mla_decode", "--grid=bench", "--b=2"], "--grid"),

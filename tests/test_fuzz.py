@@ -2,9 +2,10 @@
 
 CPU: the reference itself against a naive per-token float64 loop on small random problems.
 GPU: at least 200 random problems (lengths 0..20000 with 1 and exact page multiples favoured,
-s_q 1..4, h_q in {8, 16, 32, 64, 128}, b 1..132) for the newest version of every CuTe DSL,
-cuTile and PyTorch design, each through the same check code as `--check` (what a plan declares
-unsupported is skipped with its reason). MLA_VAR3_FUZZ_EXAMPLES overrides the count.
+s_q 1..4, h_q in {8, 16, 32, 64, 128}, b 1..132, page size 16/32/64) for the newest version of
+every CuTe DSL, cuTile and PyTorch design, each through the same check code as `--check` (what a
+plan declares unsupported, e.g. a page size, is skipped with its reason).
+MLA_VAR3_FUZZ_EXAMPLES overrides the count.
 """
 import os
 
@@ -15,16 +16,18 @@ from hypothesis import strategies as st
 from mla_var3.layers.mla import decode as mla
 from test_mla_layer import assert_reference_matches_naive
 
-LENGTHS = st.one_of(st.sampled_from([0, 1, 63, 64, 65, 128, 4096, 20000]), st.integers(0, 20000))
+LENGTHS = st.one_of(st.sampled_from([0, 1, 15, 16, 17, 32, 63, 64, 65, 128, 4096, 20000]), st.integers(0, 20000))
+PAGE_SIZES = st.sampled_from(mla.PAGE_SIZES)
 
 
 @st.composite
 def small_problems(draw):
     b = draw(st.integers(1, 3))
     s_q = draw(st.integers(1, 4))
-    lens = tuple(draw(st.lists(st.one_of(st.sampled_from([0, 1, 64, 128]), st.integers(0, 150)),
+    lens = tuple(draw(st.lists(st.one_of(st.sampled_from([0, 1, 16, 32, 64, 128]), st.integers(0, 150)),
                                min_size=b, max_size=b)))
-    return mla.MlaDecodeProblem(b=b, s_q=s_q, h_q=draw(st.sampled_from([1, 2, 3])), seqlens=lens)
+    return mla.MlaDecodeProblem(b=b, s_q=s_q, h_q=draw(st.sampled_from([1, 2, 3])), seqlens=lens,
+                                page_size=draw(PAGE_SIZES))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +41,7 @@ def decode_problems(draw):
     b = draw(st.integers(1, 132))
     lens = tuple(draw(st.lists(LENGTHS, min_size=b, max_size=b)))
     return mla.MlaDecodeProblem(b=b, s_q=draw(st.integers(1, 4)), h_q=draw(st.sampled_from([8, 16, 32, 64, 128])),
-                                seqlens=lens)
+                                seqlens=lens, page_size=draw(PAGE_SIZES))
 
 
 def _newest_plans():

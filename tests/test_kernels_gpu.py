@@ -1,5 +1,6 @@
 """Every registered kernel against the float32 reference, one test per (kernel, problem) of the
-`check` grid so `-k` selects one (needs a GPU)."""
+`check` grid so `-k` selects one (needs a GPU); page sizes a version declares unsupported are
+skipped with its reason."""
 import pytest
 
 from mla_var3.layers.mla import decode as mla
@@ -63,10 +64,12 @@ def test_autotune_records_failures_and_caches_the_winner(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page_size", mla.PAGE_SIZES)
 @pytest.mark.parametrize("name", ENTRIES)
-def test_cuda_graph_replay_with_new_lengths(name):
+def test_cuda_graph_replay_with_new_lengths(name, page_size):
     """Capture one call, change the lengths in place (same shapes), replay: the answer must follow
-    the new lengths (a schedule computed on the host at capture time would not)."""
+    the new lengths (a schedule computed on the host at capture time would not); at every page
+    size the version supports."""
     import dataclasses
 
     import torch
@@ -75,7 +78,9 @@ def test_cuda_graph_replay_with_new_lengths(name):
         pytest.skip(f"{name}: {plan.unavailable()}")
     if not devices.arch_supported(plan.arch, devices.current_device().arch):
         pytest.skip(f"{name} needs {plan.arch}")
-    problem = mla.MlaDecodeProblem(b=3, s_q=2, h_q=64, seqlens=(900, 900, 900))
+    problem = mla.MlaDecodeProblem(b=3, s_q=2, h_q=64, seqlens=(900, 900, 900), page_size=page_size)
+    if plan.supports(problem):
+        pytest.skip(f"{name}: " + "; ".join(plan.supports(problem)))
     inputs = problem.make_inputs(seed=0, device="cuda")
     # a peer's reusable metadata is, as its library documents, only valid for the lengths it was made for
     tiling = plan.Tiling(metadata="per_call") if plan.language == "peer" else None

@@ -24,6 +24,8 @@ SHAPES = [
     mla.MlaDecodeProblem(b=3, s_q=4, h_q=16, seqlens=(2, 256, 64)),
     mla.MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlens=(0, 0)),
     mla.MlaDecodeProblem(b=2, s_q=2, h_q=8, seqlens=(100, 63), softmax_scale=0.07),
+    mla.MlaDecodeProblem(b=3, s_q=4, h_q=8, seqlens=(15, 0, 100), page_size=16),
+    mla.MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlens=(33, 64), page_size=32),
 ]
 
 
@@ -107,6 +109,40 @@ def test_one_build_per_shape_and_no_length_value_is_read(monkeypatch):
     x2 = mla.MlaDecodeProblem(b=2, s_q=1, h_q=8, seqlens=(64, 64)).make_inputs(seed=0)
     _call(x2)
     assert builds == [(3, 1, 8, 576), (2, 1, 8, 576)] and len(ops.kernels_in_use()) == 2
+
+
+def test_page_16_goes_to_the_best_version_that_supports_it(monkeypatch):
+    """The op asks each candidate's supports(), best first: with a GPU's candidate list (CuTe DSL,
+    cuTile, then PyTorch) a page-16 cache passes over the versions that declare page 64 only and
+    lands on the PyTorch baseline; a page-64 cache would take the first. Shown here on the CPU."""
+    gpu_order = [registry.get_plan(n) for n in ("flash_mla_decode_v3", "ct_flash_mla_decode_v3", "torch_mla_decode_v1")]
+    monkeypatch.setattr(op_impl, "_candidates", lambda device: list(gpu_order))
+    problem = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(40, 3), page_size=16)
+    x = problem.make_inputs(seed=0)
+    _assert_matches(problem, x, _call(x))
+    assert [r["kernel"] for r in ops.kernels_in_use()] == ["torch_mla_decode_v1"]
+    assert ops.kernels_in_use()[0]["k_cache"] == list(x.kv_cache.shape)
+    asked = []
+
+    def refuse_on_cpu(*args, **kwargs):       # what a GPU version's build does without a GPU, recorded
+        asked.append("flash_mla_decode_v3")
+        raise op_impl.PlanError("no GPU here")
+    monkeypatch.setattr(gpu_order[0], "build", refuse_on_cpu)
+    monkeypatch.setattr(op_impl, "_candidates", lambda device: [gpu_order[0], gpu_order[2]])
+    y = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(40, 3)).make_inputs(seed=0)
+    _call(y)                                  # page 64: v3 supports it, so it is built first
+    assert asked == ["flash_mla_decode_v3"] and ops.kernels_in_use()[-1]["kernel"] == "torch_mla_decode_v1"
+
+
+def test_a_page_size_no_version_supports_is_one_line():
+    ops.set_kernel("flash_mla_decode_v3")
+    x = mla.MlaDecodeProblem(b=2, s_q=1, h_q=8, seqlens=(9, 30), page_size=16).make_inputs(seed=0)
+    with pytest.raises(op_impl.PlanError) as e:
+        _call(x)
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("mla_decode: no kernel can run b=2, s_q=1, h_q=8, page size 16, 2 pages per "
+                                   "sequence on cpu: flash_mla_decode_v3: page size 16: maps one TMA box per "
+                                   "64-row page"), str(e.value)
 
 
 def test_set_kernel_forces_a_version_and_refuses_peers():
@@ -233,13 +269,14 @@ BAD_CALLS = {
                "q: expected 1..16 query tokens per sequence (dim 1, s_q), got 17"),
     "h_q 129": (lambda x: _kw(x, q=torch.zeros(2, 1, 129, 576, dtype=torch.bfloat16)), InputError,
                 "q: expected 1..128 query heads (dim 2, h_q), got 129"),
-    "page 16": (lambda x: _kw(x, k_cache=_page_cache(x, 16)), InputError,
-                "k_cache: page size 16 is not supported yet (64 only; 16 and 32 come with a later kernel version)"),
-    "page 32": (lambda x: _kw(x, k_cache=_page_cache(x, 32)), InputError, "k_cache: page size 32 is not supported yet"),
     "page 128": (lambda x: _kw(x, k_cache=_page_cache(x, 128)), InputError,
-                 "k_cache: expected shape [num_blocks, 64, 1, 576] (page size 64, one latent KV head), got [4, 128, 1, 576]"),
+                 "k_cache: page size 128 (dim 1) is not supported; expected one of 16, 32, 64, got shape [4, 128, 1, 576]"),
+    "page 8": (lambda x: _kw(x, k_cache=_page_cache(x, 8)), InputError, "k_cache: page size 8 (dim 1) is not supported"),
+    "k_cache 3-d": (lambda x: _kw(x, k_cache=x.kv_cache[:, :, 0]), InputError,
+                    "k_cache: expected shape [num_blocks, page_size, 1, 576] (page size 16, 32, 64), got [4, 64, 576]"),
     "two kv heads": (lambda x: _kw(x, k_cache=torch.zeros(4, 64, 2, 576, dtype=torch.bfloat16)), InputError,
-                     "k_cache: expected shape [num_blocks, 64, 1, 576]"),
+                     "k_cache: expected shape [num_blocks, page_size, 1, 576] (one latent KV head, 576 columns), "
+                     "got [4, 64, 2, 576]"),
     "block_table int64": (lambda x: _kw(x, block_table=x.block_table.long()), InputError,
                           "block_table: expected int32 [b=2, max_blocks], got torch.int64 [2, 2]"),
     "block_table rows": (lambda x: _kw(x, block_table=x.block_table[:1]), InputError,
@@ -275,6 +312,10 @@ BAD_CALLS = {
                               "h_k=1, causal=True; this call has b=2"),
     "metadata of another h_q": (lambda x: _kw(x, tile_scheduler_metadata=_used_meta(x, h_q=16)), UsageError,
                                 "tile_scheduler_metadata: made for a call with b=2, s_q=2, h_q=16"),
+    "metadata of another page size": (lambda x: _kw(x, tile_scheduler_metadata=_used_meta(x, page_size=16)), UsageError,
+                                      "tile_scheduler_metadata: made for a call with b=2, s_q=2, h_q=8, "
+                                      "page_block_size=16, h_k=1, causal=True; this call has b=2, s_q=2, h_q=8, "
+                                      "page_block_size=64"),
     "metadata not ours": (lambda x: _kw(x, tile_scheduler_metadata=object()), UsageError,
                           "tile_scheduler_metadata: expected what mla_var3.ops.get_mla_metadata returns"),
     "num_splits with the new API": (lambda x: _kw(x, num_splits=torch.zeros(3, dtype=torch.int32)), UsageError,
@@ -333,8 +374,11 @@ GPU_SHAPES = [
     mla.MlaDecodeProblem(b=2, s_q=4, h_q=64, seqlens=(5, 2000)),
     mla.MlaDecodeProblem(b=3, s_q=1, h_q=128, seqlens=(4096, 1, 640)),
     mla.MlaDecodeProblem(b=2, s_q=3, h_q=8, seqlens=(1300, 0), softmax_scale=0.05),
+    mla.MlaDecodeProblem(b=3, s_q=4, h_q=32, seqlens=(15, 1000, 1), page_size=16),
+    mla.MlaDecodeProblem(b=2, s_q=2, h_q=128, seqlens=(33, 3000), page_size=32),
 ]
 GPU_IDS = [p.key() for p in GPU_SHAPES]
+PAGE_16 = GPU_SHAPES[5]
 
 
 def _newest(language):
@@ -343,7 +387,12 @@ def _newest(language):
     return max(names, key=lambda n: registry.resolve(n).version) if names else None
 
 
-def _usable_or_skip(name):
+def _usable(plan) -> bool:
+    from mla_var3.runtime import devices
+    return not plan.unavailable() and devices.arch_supported(plan.arch, devices.current_device().arch)
+
+
+def _usable_or_skip(name, problem=None):
     from mla_var3.runtime import devices
     if name is None:
         pytest.skip("no such version")
@@ -352,6 +401,19 @@ def _usable_or_skip(name):
         pytest.skip(f"{name}: {plan.unavailable()}")
     if not devices.arch_supported(plan.arch, devices.current_device().arch):
         pytest.skip(f"{name} needs {plan.arch}")
+    if problem is not None and plan.supports(problem):
+        pytest.skip(f"{name}: " + "; ".join(plan.supports(problem)))
+
+
+def _preferred(problem) -> str:
+    """What the op should choose: the first usable version, in the op's language order (newest
+    first within each), whose supports() accepts the problem (e.g. a page size)."""
+    entries = [e for e in registry.all_entries() if e.language in op_impl.LANGUAGE_ORDER]
+    entries.sort(key=lambda e: (op_impl.LANGUAGE_ORDER.index(e.language), -e.version))
+    for plan in (e.load() for e in entries):
+        if plan.problem_kind is mla.MlaDecodeProblem and _usable(plan) and not plan.supports(problem):
+            return plan.name
+    raise AssertionError(f"no usable version supports {problem.key()}")
 
 
 def _graph_replays_with_new_lengths(problem):
@@ -379,18 +441,19 @@ def _graph_replays_with_new_lengths(problem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_SHAPES, ids=GPU_IDS)
 def test_gpu_eager_matches_the_reference_through_the_preferred_kernel(problem):
+    """The newest usable CuTe DSL version for page 64; for other page sizes the best version whose
+    supports() accepts them (while only the PyTorch baseline does, that one)."""
     x = problem.make_inputs(seed=1, device="cuda")
     _assert_matches(problem, x, _call(x))
     used = ops.kernels_in_use()[0]["kernel"]
-    newest_cute = _newest("cute-dsl")
-    plan = registry.get_plan(newest_cute)
-    from mla_var3.runtime import devices
-    if not plan.unavailable() and devices.arch_supported(plan.arch, devices.current_device().arch):
-        assert used == newest_cute, f"expected the newest CuTe DSL version {newest_cute}, the op chose {used}"
+    assert used == _preferred(problem), f"expected {_preferred(problem)}, the op chose {used}"
+    newest_cute = registry.get_plan(_newest("cute-dsl"))
+    if _usable(newest_cute) and not newest_cute.supports(problem):
+        assert used == newest_cute.name
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", GPU_SHAPES[:3], ids=GPU_IDS[:3])
+@pytest.mark.parametrize("problem", GPU_SHAPES[:3] + [PAGE_16], ids=GPU_IDS[:3] + [PAGE_16.key()])
 def test_gpu_torch_compile_fullgraph_matches_eager_and_the_reference(problem):
     _check_compiled(problem, "cuda")
 
@@ -403,12 +466,13 @@ def test_gpu_cuda_graph_replays_with_new_lengths(problem):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("language", ["cute-dsl", "cutile", "torch"])
-@pytest.mark.parametrize("problem", [GPU_SHAPES[0], GPU_SHAPES[2]], ids=[GPU_IDS[0], GPU_IDS[2]])
+@pytest.mark.parametrize("problem", [GPU_SHAPES[0], GPU_SHAPES[2], PAGE_16], ids=[GPU_IDS[0], GPU_IDS[2], PAGE_16.key()])
 def test_gpu_each_language_through_the_op(language, problem):
     """Forced to each language's newest version: eager and graph replay against the reference
-    (the PyTorch fallback pads to the block table, so it too replays without a host sync)."""
+    (the PyTorch fallback pads to the block table, so it too replays without a host sync); a
+    version that declares the problem unsupported (a page size) is skipped with its reason."""
     name = _newest(language)
-    _usable_or_skip(name)
+    _usable_or_skip(name, problem)
     ops.set_kernel(name)
     x = problem.make_inputs(seed=4, device="cuda")
     _assert_matches(problem, x, _call(x))

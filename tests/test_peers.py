@@ -107,8 +107,12 @@ def test_extension_spec_finds_abi_tagged_names_and_names_the_variable(tmp_path, 
 # ---- what FlashMLA cannot run ----------------------------------------------------------------------
 def test_supports_refuses_what_flashmla_cannot_run():
     plan = registry.get_plan(PEER)
-    for p in mla.grid("check") + mla.grid("bench"):
-        assert plan.supports(p) == [], p.key()
+    for p in mla.grid("check") + mla.grid("bench") + mla.grid("pages"):
+        if p.page_size == 64:
+            assert plan.supports(p) == [], p.key()
+        else:
+            assert plan.supports(p) == [f"page size {p.page_size}: FlashMLA checks page_block_size == 64 "
+                                        f'("Currently page_block_size must be 64"); page_size 64 only'], p.key()
     assert plan.supports(mla.MlaDecodeProblem(b=4096, s_q=1, h_q=128, seqlen=64)) == []
     (tiny_scale,) = plan.supports(mla.MlaDecodeProblem(b=1, seqlen=64, softmax_scale=1e-4))
     assert "softmax_scale 0.0001 is not above 0.000693" in tiny_scale and "-1e+33" in tiny_scale
@@ -256,7 +260,7 @@ def _peer_or_skip():
 @pytest.mark.gpu
 def test_flashmla_passes_the_check_on_part_of_the_grid():
     plan = _peer_or_skip()
-    problems = [p for p in mla.grid("check") if p.b in (2, 4, 64) and p.h_q in (16, 128)]
+    problems = [p for p in mla.grid("check") if p.b in (2, 4, 64) and p.h_q in (16, 128) and p.page_size == 64]
     results = check.check_plan(plan, problems, seeds=(0,), extra_seeds=(0,), device="cuda")
     assert results and all(r.status != "skip" for r in results)
     failed = [f"{r.problem_key} seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]

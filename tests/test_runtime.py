@@ -166,6 +166,7 @@ def test_peer_rows_match_flashmla_configs():
     assert row["lengths"] == "fixed" and float(row["kernel_us"]) == 164.5 and float(row["e2e_us"]) == 164.7
     assert peers.match(mla.MlaDecodeProblem(b=64, s_q=1, h_q=64, seqlen=4096), "NVIDIA H200") is None
     assert peers.match(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), "NVIDIA A100") is None
+    assert peers.match(mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, page_size=16), "NVIDIA H200") is None
     assert peers.match(mla.MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=8192, varlen=True), "NVIDIA H200")["mean_seqlen"] == "8234"
     (rec,) = mla.MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096).peer_records(h200)
     assert rec["kind"] == "peer" and rec["kernel"] == peers.PEER_LABEL

@@ -44,7 +44,7 @@ def jobs_of(problems, kernels=("flash_mla_decode", "torch_mla_decode")):
 
 
 def test_problem_sets_are_there():
-    assert {"check", "bench", "deepseek_v3_tp1", "deepseek_v3_tp8", "small"} <= set(SETS)
+    assert {"check", "bench", "pages", "deepseek_v3_tp1", "deepseek_v3_tp8", "small"} <= set(SETS)
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -58,7 +58,7 @@ def test_every_problem_set_composes_and_validates(name):
     assert text.startswith("#")       # and documents them
 
 
-@pytest.mark.parametrize("name", ["check", "bench"])
+@pytest.mark.parametrize("name", ["check", "bench", "pages"])
 def test_named_grids_come_from_the_layer_not_a_copy(name):
     cfg = cfg_of(f"problems={name}")
     assert cfg.problems.grid == name and "list" not in cfg.problems and "product" not in cfg.problems
@@ -73,6 +73,17 @@ def test_deepseek_sets(name, h_q):
     assert {p.seqlen for p in probs} == {4096, 8192, 16384, 32768} and len(probs) == 40
     assert "576" in (CONF / "problems" / f"{name}.yaml").read_text() and "128" in \
         (CONF / "problems" / f"{name}.yaml").read_text()
+
+
+def test_a_problem_set_may_list_page_sizes():
+    probs = sweep.load_problems({"product": {"b": 4, "seqlen": 100, "page_size": [16, 32, 64]},
+                                 "list": [{"b": 2, "seqlens": [1, 17], "page_size": 16}]}, mla.MlaDecodeProblem)
+    assert [p.page_size for p in probs] == [16, 32, 64, 16]
+    jobs = sweep.expand_jobs({"problems": {"list": [{"b": 2, "seqlens": [1, 17], "page_size": 16}]},
+                              "kernels": ["torch_mla_decode"]})
+    assert mla.MlaDecodeProblem.from_dict(jobs[0]["problem"]).page_size == 16
+    with pytest.raises(sweep.SweepError, match="page_size: expected one of 16, 32, 64"):
+        sweep.load_problems({"list": [{"b": 2, "seqlen": 5, "page_size": 8}]}, mla.MlaDecodeProblem)
 
 
 def test_small_set_is_a_dozen_quick_problems():

@@ -1,15 +1,17 @@
 """The `mla_var3::mla_decode` custom op: tensor checks, kernel choice, cached runtime kernels.
 
 One call is one MLA dense decode (the `mla_decode` problem kind, layers/mla/decode.py): q
-[b, s_q, h_q, 576] bf16, a paged latent cache [num_blocks, 64, 1, 576], block table and device
+[b, s_q, h_q, 576] bf16, a paged latent cache [num_blocks, page_size, 1, 576] (page size 16, 32 or
+64, read from the cache's shape), block table and device
 lengths in, (out [b, s_q, h_q, 512] in q's dtype, lse [b, h_q, s_q] float32) out; causal when
 s_q > 1. The op never reads length values on the host: what it decides per call it decides from
 shapes, dtypes and the device, so a call can be captured in a CUDA graph and replayed with new
 `cache_seqlens` (the kernels compute their split schedule on the device).
 
 Per (device, shapes, dtypes) the op builds one runtime kernel - the first registered version, in
-`LANGUAGE_ORDER`, newest first, that runs on this device's arch and supports the problem - and
-keeps it. Tiling heuristics that look at lengths get a shape-only stand-in (`_stand_in_length`).
+`LANGUAGE_ORDER`, newest first, that runs on this device's arch and supports the problem (page
+size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in
+(`_stand_in_length`).
 """
 import math
 import os
@@ -19,13 +21,12 @@ from dataclasses import dataclass
 import torch
 
 from mla_var3.errors import InputError, PlanError, UsageError
-from mla_var3.layers.mla.decode import (D_QK, D_V, H_KV, MAX_BATCH, MAX_SEQLEN, PAGE_SIZE, MlaDecodeInputs,
-                                        MlaDecodeProblem, check_tma_alignment)
+from mla_var3.layers.mla.decode import (D_QK, D_V, H_KV, MAX_BATCH, MAX_SEQLEN, PAGE_SIZES, MlaDecodeInputs,
+                                        MlaDecodeProblem, check_page_size, check_tma_alignment)
 from mla_var3.runtime import devices, registry
 
 OP_NAME = "mla_var3::mla_decode"
 LANGUAGE_ORDER = ("cute-dsl", "cutile", "torch")     # preference: CuTe DSL, then cuTile, then PyTorch
-LATER_PAGE_SIZES = (16, 32)                          # a later kernel version adds them
 MAX_S_Q, MAX_H_Q = 16, 128
 KERNEL_ENV = "MLA_VAR3_OPS_KERNEL"                   # force one version (name or design), e.g. for A/B
 
@@ -52,15 +53,14 @@ def check_tensors(q, k_cache, block_table, cache_seqlens) -> None:
     if k_cache.dtype != q.dtype:
         fp8 = " (FP8 KV caches are not supported yet)" if k_cache.element_size() == 1 else ""
         raise InputError(f"k_cache: expected dtype {q.dtype} (q's){fp8}, got {k_cache.dtype}")
+    pages = ", ".join(map(str, PAGE_SIZES))
     if k_cache.dim() != 4:
-        raise InputError(f"k_cache: expected shape [num_blocks, {PAGE_SIZE}, {H_KV}, {D_QK}], got {list(k_cache.shape)}")
-    page = k_cache.shape[1]
-    if page in LATER_PAGE_SIZES:
-        raise InputError(f"k_cache: page size {page} is not supported yet (64 only; 16 and 32 come with a "
-                         f"later kernel version)")
-    if page != PAGE_SIZE or k_cache.shape[2] != H_KV or k_cache.shape[3] != D_QK or k_cache.shape[0] < 1:
-        raise InputError(f"k_cache: expected shape [num_blocks, {PAGE_SIZE}, {H_KV}, {D_QK}] (page size 64, "
-                         f"one latent KV head), got {list(k_cache.shape)}")
+        raise InputError(f"k_cache: expected shape [num_blocks, page_size, {H_KV}, {D_QK}] (page size {pages}), "
+                         f"got {list(k_cache.shape)}")
+    check_page_size(k_cache, "k_cache")
+    if k_cache.shape[2] != H_KV or k_cache.shape[3] != D_QK or k_cache.shape[0] < 1:
+        raise InputError(f"k_cache: expected shape [num_blocks, page_size, {H_KV}, {D_QK}] (one latent KV head, "
+                         f"{D_QK} columns), got {list(k_cache.shape)}")
     if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != b:
         raise InputError(f"block_table: expected int32 [b={b}, max_blocks], got {block_table.dtype} "
                          f"{list(block_table.shape)}")
@@ -166,12 +166,12 @@ def _candidates(device: torch.device) -> list:
     return plans
 
 
-def _stand_in_length(block_table) -> int:
+def _stand_in_length(block_table, page_size: int) -> int:
     """The length every sequence gets in the problem the tiling is chosen for: the block table's
     capacity rounded down to a power of two pages (engines that size the table by the batch's
     longest sequence then reach a new tiling - for CuTe DSL a compile - only when it doubles)."""
     pages = 1 << (block_table.shape[1].bit_length() - 1)
-    return min(pages * PAGE_SIZE, MAX_SEQLEN)
+    return min(pages * page_size, MAX_SEQLEN)
 
 
 def _build(q, k_cache, block_table, cache_seqlens, scale: float) -> _Runtime:
@@ -182,10 +182,10 @@ def _build(q, k_cache, block_table, cache_seqlens, scale: float) -> _Runtime:
     syncs, and skips the value checks (`check_values=False`). Every tiling is correct for every
     length the block table holds (workspaces are sized by shape); the kernels read the real
     lengths from `cache_seqlens` on the device."""
-    b, s_q, h_q = q.shape[0], q.shape[1], q.shape[2]
-    stand_in = (_stand_in_length(block_table),) * b
+    b, s_q, h_q, page = q.shape[0], q.shape[1], q.shape[2], k_cache.shape[1]
+    stand_in = (_stand_in_length(block_table, page),) * b
     plan_inputs = MlaDecodeInputs(q, k_cache, block_table, cache_seqlens, scale, stand_in)
-    problem = MlaDecodeProblem(b=b, s_q=s_q, h_q=h_q, seqlen=stand_in[0], seqlens=stand_in)
+    problem = MlaDecodeProblem(b=b, s_q=s_q, h_q=h_q, seqlen=stand_in[0], seqlens=stand_in, page_size=page)
     gpu_device = q.device.type == "cuda"
     skipped = []
     for plan in _candidates(q.device):
@@ -203,10 +203,11 @@ def _build(q, k_cache, block_table, cache_seqlens, scale: float) -> _Runtime:
         # The PyTorch baseline pads to the longest host length: on a GPU it gets the block
         # table's capacity (shape-only: no sync, graph-safe); on the CPU it reads the real
         # lengths (no sync to avoid there).
-        host = (block_table.shape[1] * PAGE_SIZE,) * b if gpu_device and not gpu_kernel else ()
+        host = (block_table.shape[1] * page,) * b if gpu_device and not gpu_kernel else ()
         return _Runtime(plan.name, kern, gpu_kernel, host)
-    raise PlanError(f"mla_decode: no kernel can run b={b}, s_q={s_q}, h_q={h_q}, {block_table.shape[1]} pages "
-                    f"per sequence on {q.device}: " + ("; ".join(skipped) or "no candidate version"))
+    raise PlanError(f"mla_decode: no kernel can run b={b}, s_q={s_q}, h_q={h_q}, page size {page}, "
+                    f"{block_table.shape[1]} pages per sequence on {q.device}: "
+                    + ("; ".join(skipped) or "no candidate version"))
 
 
 def runtime_for(q, k_cache, block_table, cache_seqlens, scale: float) -> _Runtime:

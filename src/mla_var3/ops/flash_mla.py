@@ -165,17 +165,19 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                            num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
                            attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                            extra_topk_length=None):
-    """FlashMLA's `flash_mla_with_kvcache`, dense bf16 decode with a page size of 64.
+    """FlashMLA's `flash_mla_with_kvcache`, dense bf16 decode with a page size of 16, 32 or 64
+    (FlashMLA's own: 64 only).
 
-    q [b, s_q, h_q, 576] bf16; k_cache [num_blocks, 64, 1, 576] bf16; block_table [b, max_blocks]
+    q [b, s_q, h_q, 576] bf16; k_cache [num_blocks, page_size, 1, 576] bf16; block_table [b, max_blocks]
     int32; cache_seqlens [b] int32 (device values, never read on the host); head_dim_v 512;
     tile_scheduler_metadata (and num_splits with the older API) from `get_mla_metadata`;
     softmax_scale default 576 ** -0.5. causal=True masks token i of s_q to keys 0..seqlen-s_q+i;
     with s_q == 1 causal changes nothing. Returns (out [b, s_q, h_q, 512] in q's dtype, lse
-    [b, h_q, s_q] float32; rows that see no key get out 0 and lse +inf).
+    [b, h_q, s_q] float32; rows that see no key get out 0 and lse +inf). The kernel is the best
+    registered version that supports the page size (docs/serving.md says which run which).
 
     Refused with one line each: sparse attention, FP8 caches and attention sinks (not supported
-    yet), page sizes 16 and 32 (a later kernel version), causal=False with s_q > 1 (FlashMLA then
+    yet), page sizes other than 16, 32 and 64, causal=False with s_q > 1 (FlashMLA then
     lets every token see every key; our kernels compute the causal decode only), and metadata made
     for other shapes."""
     if is_fp8_kvcache:

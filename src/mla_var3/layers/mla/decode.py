@@ -1,10 +1,10 @@
 """MLA dense decode: DeepSeek-V3 absorbed MLA decode as FlashMLA defines it (`mla_decode`).
 
 Everything a kernel version needs to be checked and measured lives here, once, behind the
-problem contract (layers/base.py): the problem, input generation (paged cache with pages in
-random order, NaN past each sequence's end), the float32 reference, FlashMLA's tolerances,
-FLOP/byte counts (FlashMLA's formulas, so numbers compare), the named `check` and `bench` grids
-and the CLI flags. Versions never redefine any of it.
+problem contract (layers/base.py): the problem, input generation (paged cache of 16, 32 or 64
+rows per page with pages in random order, NaN past each sequence's end), the float32 reference,
+FlashMLA's tolerances, FLOP/byte counts (FlashMLA's formulas, so numbers compare), the named
+`check`, `bench` and `pages` grids and the CLI flags. Versions never redefine any of it.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from mla_var3.layers.base import Comparison, Problem, tensor_bytes
 
 D_QK = 576          # 512 latent + 64 rope
 D_V = 512           # values are the first 512 dims of the same cache rows
-PAGE_SIZE = 64      # rows per page of the paged cache
+PAGE_SIZE = 64      # rows per page of the paged cache: the default, and FlashMLA's only one
+PAGE_SIZES = (16, 32, 64)   # page sizes a problem may have (MlaDecodeProblem.page_size)
 H_KV = 1
 INVALID_PAGE = 2147480000   # FlashMLA's poison for block_table entries past a sequence's end
 MAX_SEQLEN = 1 << 20
@@ -32,13 +33,13 @@ MAX_BATCH = 4096
 OUT_ABS, OUT_REL, OUT_COS = 8e-4, 2.01 / 128, 5e-6
 LSE_ABS, LSE_REL = 1e-6, 8.01 / 65536
 PEAKED_OUT_REL_NORM = 5e-3
-DIMENSION_FLAGS = ("b", "s_q", "h_q", "seqlen")
+DIMENSION_FLAGS = ("b", "s_q", "h_q", "seqlen", "page_size")
 
 
 @dataclass(frozen=True)
 class MlaDecodeInputs:
     q: torch.Tensor                 # [b, s_q, h_q, 576] bf16
-    kv_cache: torch.Tensor          # [num_blocks, 64, 1, 576] bf16
+    kv_cache: torch.Tensor          # [num_blocks, page_size (16/32/64), 1, 576] bf16
     block_table: torch.Tensor       # [b, max_blocks] int32
     cache_seqlens: torch.Tensor     # [b] int32
     softmax_scale: float
@@ -56,6 +57,10 @@ class MlaDecodeInputs:
     def h_q(self) -> int:
         return self.q.shape[2]
 
+    @property
+    def page_size(self) -> int:
+        return self.kv_cache.shape[1]
+
     def host_seqlens(self) -> tuple[int, ...]:
         return self.seqlens or tuple(self.cache_seqlens.tolist())
 
@@ -65,7 +70,8 @@ class MlaDecodeInputs:
 
 @dataclass(frozen=True)
 class MlaDecodeProblem(Problem):
-    """One decode call. `seqlen` is the mean length; `seqlens` (explicit) wins over it.
+    """One decode call. `seqlen` is the mean length; `seqlens` (explicit) wins over it;
+    `page_size` is the cache's rows per page (16, 32 or 64; FlashMLA's is 64).
 
     varlen draws lengths as FlashMLA's test does: max(N(seqlen, seqlen/2), s_q) with the seed.
     """
@@ -80,6 +86,7 @@ class MlaDecodeProblem(Problem):
     varlen: bool = False
     seqlens: tuple[int, ...] | None = None
     softmax_scale: float | None = None   # None: 576 ** -0.5
+    page_size: int = PAGE_SIZE           # rows per page of the paged cache: 16, 32 or 64
 
     def __post_init__(self):
         if self.seqlens is not None:
@@ -97,6 +104,8 @@ class MlaDecodeProblem(Problem):
         need(1 <= self.s_q <= 16, f"s_q: expected 1..16 (decode), got {self.s_q}")
         need(1 <= self.h_q <= 128, f"h_q: expected 1..128, got {self.h_q}")
         need(0 <= self.seqlen <= MAX_SEQLEN, f"seqlen: expected 0..{MAX_SEQLEN}, got {self.seqlen}")
+        need(self.page_size in PAGE_SIZES,
+             f"page_size: expected one of {', '.join(map(str, PAGE_SIZES))} (rows per cache page), got {self.page_size}")
         if self.seqlens is not None:
             need(len(self.seqlens) == self.b,
                  f"seqlens: expected {self.b} lengths (one per sequence, b={self.b}), got {len(self.seqlens)}")
@@ -132,23 +141,31 @@ class MlaDecodeProblem(Problem):
         else:
             lens = f"seqlen={self.seqlen}" + (",varlen" if self.varlen else "")
         scale = "" if self.softmax_scale is None else f",scale={self.softmax_scale:g}"
-        return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{scale}"
+        return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{self._page_label()}{scale}"
+
+    def _page_label(self) -> str:
+        """",page_size=N" when not FlashMLA's 64: keys (and tables) of page-64 problems read as
+        they did before problems had a page size."""
+        return "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
 
     def static_key(self) -> str:
-        return f"s_q={self.s_q},h_q={self.h_q}"      # b and lengths are dynamic in every kernel
+        # b and lengths are dynamic in every kernel; the page size may be a compile-time constant
+        return f"s_q={self.s_q},h_q={self.h_q}{self._page_label()}"
 
     def to_dict(self) -> dict:
         return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
                 "varlen": self.varlen, "seqlens": list(self.seqlens) if self.seqlens else None,
-                "softmax_scale": self.softmax_scale, "scale": self.scale}
+                "softmax_scale": self.softmax_scale, "scale": self.scale, "page_size": self.page_size}
 
     @classmethod
     def from_dict(cls, d: dict) -> "MlaDecodeProblem":
+        """A record's problem; records written before problems had a page size mean 64."""
         scale = d.get("softmax_scale")
         if scale is not None and abs(scale - D_QK ** -0.5) < 1e-12:   # the default, spelled out
             scale = None
         return cls(b=d["b"], s_q=d["s_q"], h_q=d["h_q"], seqlen=d["seqlen"], varlen=d.get("varlen", False),
-                   seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale)
+                   seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale,
+                   page_size=d.get("page_size", PAGE_SIZE))
 
     # ---- data -------------------------------------------------------------------------------
     def make_inputs(self, seed: int = 0, device="cpu", dist: str = "default",
@@ -159,9 +176,11 @@ class MlaDecodeProblem(Problem):
 
     @classmethod
     def from_inputs(cls, inputs: MlaDecodeInputs) -> "MlaDecodeProblem":
+        """The problem these inputs pose; the page size is the cache's dim 1."""
+        check_page_size(inputs.kv_cache)
         seqlens = inputs.host_seqlens()
         return cls(b=inputs.b, s_q=inputs.s_q, h_q=inputs.h_q, seqlen=max(seqlens, default=0),
-                   seqlens=tuple(seqlens), softmax_scale=inputs.softmax_scale)
+                   seqlens=tuple(seqlens), softmax_scale=inputs.softmax_scale, page_size=inputs.page_size)
 
     @classmethod
     def validate_inputs(cls, inputs, device_type: str | None = None) -> None:
@@ -192,15 +211,15 @@ class MlaDecodeProblem(Problem):
         """Same s_q and h_q; an empty-ish, a mid and a long sequence with partial last pages, so
         split schedules and the combine run."""
         return MlaDecodeProblem(b=3, s_q=self.s_q, h_q=self.h_q, seqlens=(1, 700, 1300),
-                                softmax_scale=self.softmax_scale)
+                                softmax_scale=self.softmax_scale, page_size=self.page_size)
 
     def footprint_bytes(self) -> int:
         """q + paged cache (+ its float32 draw, made before the bf16 copy) + block table + out and
         lse, and the float32 reference's out."""
         lens = self.resolve_seqlens(0) if self.varlen else (list(self.seqlens) if self.seqlens else [self.seqlen])
-        pages = max(1, -(-max(lens, default=0) // PAGE_SIZE))
+        pages = max(1, -(-max(lens, default=0) // self.page_size))
         rows = self.b * self.s_q * self.h_q
-        cache = self.b * pages * PAGE_SIZE * D_QK * 2
+        cache = self.b * pages * self.page_size * D_QK * 2
         return rows * D_QK * 2 + 3 * cache + self.b * pages * 4 + rows * (D_V * 2 + 4) + rows * D_V * 4
 
     def input_facts(self, inputs: MlaDecodeInputs) -> dict:
@@ -222,6 +241,8 @@ class MlaDecodeProblem(Problem):
         g.add_argument("--seqlen", "--t", type=int, dest="seqlen", help="KV length (mean with --varlen)")
         g.add_argument("--varlen", action="store_true", help="lengths ~ max(N(seqlen, seqlen/2), s_q)")
         g.add_argument("--seqlens", type=str, help="explicit lengths, comma-separated (sets b)")
+        g.add_argument("--page_size", type=int, dest="page_size",
+                       help=f"rows per page of the paged cache: {', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})")
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> list["MlaDecodeProblem"] | None:
@@ -245,6 +266,14 @@ class MlaDecodeProblem(Problem):
         return [cls(**given)] if given else None
 
 
+def page_size_reasons(problem: MlaDecodeProblem, supported: tuple[int, ...], why: str) -> list[str]:
+    """For a plan's `supports`: [] when the problem's page size is one of `supported`, else one
+    reason, "page size 16: <why>; page_size 64 only"."""
+    if problem.page_size in supported:
+        return []
+    return [f"page size {problem.page_size}: {why}; page_size {' or '.join(map(str, supported))} only"]
+
+
 def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.bfloat16, peaked: bool = False,
                 data_seed: int | None = None) -> MlaDecodeInputs:
@@ -253,11 +282,11 @@ def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.de
     Lengths come from `seed`; values and page order from `data_seed` (default: seed), so
     benchmark sets share lengths (and FLOPs) but not data."""
     seqlens = problem.resolve_seqlens(seed)
-    b, s_q, h_q = problem.b, problem.s_q, problem.h_q
+    b, s_q, h_q, page = problem.b, problem.s_q, problem.h_q, problem.page_size
     dev = torch.device(device)
     data_seed = seed if data_seed is None else data_seed
     g = torch.Generator(device=dev).manual_seed(data_seed + 1)   # drawn where used: GB-sized caches
-    pages_per_seq = [max(1, -(-s // PAGE_SIZE)) for s in seqlens]
+    pages_per_seq = [max(1, -(-s // page)) for s in seqlens]
     max_blocks = max(pages_per_seq)
     num_blocks = b * max_blocks
     std = 1.0 if peaked else 0.1
@@ -267,16 +296,16 @@ def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.de
         return (x if peaked else x.clamp_(-1, 1)).to(dtype)
 
     q = draw((b, s_q, h_q, D_QK))
-    kv = draw((num_blocks, PAGE_SIZE, H_KV, D_QK))
+    kv = draw((num_blocks, page, H_KV, D_QK))
     perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(data_seed + 2))
     block_table = perm.to(torch.int32).view(b, max_blocks).clone()
     used = torch.zeros(num_blocks, dtype=torch.bool)
     for i, s in enumerate(seqlens):
-        n_pages = -(-s // PAGE_SIZE)
+        n_pages = -(-s // page)
         used[block_table[i, :n_pages].long()] = True
         block_table[i, n_pages:] = INVALID_PAGE
-        if s % PAGE_SIZE:                   # rows past the end inside the last page
-            kv[int(block_table[i, n_pages - 1]), s % PAGE_SIZE:] = float("nan")
+        if s % page:                        # rows past the end inside the last page
+            kv[int(block_table[i, n_pages - 1]), s % page:] = float("nan")
     # pages no sequence uses are NaN too: a kernel that strays there fails loudly
     kv[(~used).to(dev)] = float("nan")
     return MlaDecodeInputs(q=q, kv_cache=kv, block_table=block_table.to(dev),
@@ -300,8 +329,9 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
     need(q.dim() == 4 and q.shape[-1] == D_QK,
          f"q: expected shape [b, s_q, h_q, {D_QK}], got {list(q.shape)}")
     b = q.shape[0]
-    need(kv.dim() == 4 and tuple(kv.shape[1:]) == (PAGE_SIZE, H_KV, D_QK),
-         f"kv_cache: expected shape [num_blocks, {PAGE_SIZE}, {H_KV}, {D_QK}], got {list(kv.shape)}")
+    need(kv.dim() == 4 and tuple(kv.shape[2:]) == (H_KV, D_QK),
+         f"kv_cache: expected shape [num_blocks, page_size, {H_KV}, {D_QK}], got {list(kv.shape)}")
+    check_page_size(kv)
     need(bt.dtype == torch.int32 and bt.dim() == 2 and bt.shape[0] == b,
          f"block_table: expected int32 [b={b}, max_blocks], got {bt.dtype} {list(bt.shape)}")
     need(sl.dtype == torch.int32 and tuple(sl.shape) == (b,),
@@ -320,8 +350,17 @@ def validate_inputs(inputs: MlaDecodeInputs, device_type: str | None = None) -> 
          f"softmax_scale: expected a positive finite float, got {scale!r}")
     if inputs.seqlens:
         need(len(inputs.seqlens) == b, f"seqlens: expected {b} host lengths, got {len(inputs.seqlens)}")
-        need(max(inputs.seqlens) <= bt.shape[1] * PAGE_SIZE,
+        need(max(inputs.seqlens) <= bt.shape[1] * kv.shape[1],
              f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(inputs.seqlens)}")
+
+
+def check_page_size(kv_cache: torch.Tensor, name: str = "kv_cache") -> None:
+    """The cache's rows per page (dim 1) must be one of PAGE_SIZES; `name` is the caller's
+    argument name (the serving op says k_cache)."""
+    page = kv_cache.shape[1] if kv_cache.dim() >= 2 else None
+    if page not in PAGE_SIZES:
+        raise InputError(f"{name}: page size {page} (dim 1) is not supported; expected one of "
+                         f"{', '.join(map(str, PAGE_SIZES))}, got shape {list(kv_cache.shape)}")
 
 
 def check_tma_alignment(*named: tuple[str, torch.Tensor]) -> None:
@@ -337,7 +376,7 @@ def validate_values(inputs: MlaDecodeInputs) -> None:
     """What a kernel would otherwise read out of bounds or get silently wrong: lengths >= 0 and
     within the block table, the host copy of the lengths equal to cache_seqlens, and every page a
     sequence uses inside the cache. One device sync."""
-    bt, sl = inputs.block_table, inputs.cache_seqlens
+    bt, sl, page = inputs.block_table, inputs.cache_seqlens, inputs.kv_cache.shape[1]
     lens = sl.tolist()
     if any(s < 0 for s in lens):
         raise InputError(f"cache_seqlens: lengths must be >= 0, got {min(lens)}")
@@ -345,9 +384,9 @@ def validate_values(inputs: MlaDecodeInputs) -> None:
         i = next(i for i, (a, b) in enumerate(zip(inputs.seqlens, lens)) if a != b)
         raise InputError(f"seqlens: the host copy disagrees with cache_seqlens (sequence {i}: "
                          f"{inputs.seqlens[i]} vs {lens[i]})")
-    if lens and max(lens) > bt.shape[1] * PAGE_SIZE:
+    if lens and max(lens) > bt.shape[1] * page:
         raise InputError(f"block_table: {bt.shape[1]} pages per sequence cannot hold seqlen {max(lens)}")
-    n_pages = (sl.long() + PAGE_SIZE - 1) // PAGE_SIZE
+    n_pages = (sl.long() + page - 1) // page
     used = torch.arange(bt.shape[1], device=bt.device)[None, :] < n_pages[:, None]
     pages = bt[used]
     num_blocks = inputs.kv_cache.shape[0]
@@ -367,7 +406,7 @@ def make_outputs(inputs: MlaDecodeInputs, fill: float = float("nan")) -> tuple[t
 
 def _gather_keys(inputs: MlaDecodeInputs, i: int, s: int) -> torch.Tensor:
     """Rows 0..s-1 of sequence i, in logical order, float32 [s, 576]."""
-    pages = inputs.block_table[i, : -(-s // PAGE_SIZE)].long()
+    pages = inputs.block_table[i, : -(-s // inputs.page_size)].long()
     return inputs.kv_cache[pages].reshape(-1, D_QK)[:s].float()
 
 
@@ -450,8 +489,10 @@ def flops_bytes(problem: MlaDecodeProblem, seqlens: list[int] | None = None) -> 
 # ---- named grids ---------------------------------------------------------------------------
 
 def _check_grid() -> list[MlaDecodeProblem]:
-    """Correctness: h_q 16/64/128, s_q 1/2, uniform + ragged + explicit odd lengths
-    (1, 63, 64, 65, not multiples of 64), b 1..64."""
+    """Correctness. Page size 64: h_q 16/64/128, s_q 1/2, uniform + ragged + explicit odd lengths
+    (1, 63, 64, 65, not multiples of 64), b 1..64. Page size 16: s_q 1..4 x h_q 8/16/32/64/128,
+    one ragged problem per cell (lengths around page edges, 0, long and varlen), plus one long
+    sequence. Page size 32: h_q 16/64/128 x s_q 1/2."""
     grid = []
     for h_q in (16, 64, 128):
         for s_q in (1, 2):
@@ -463,6 +504,16 @@ def _check_grid() -> list[MlaDecodeProblem]:
                 MlaDecodeProblem(b=64, s_q=s_q, h_q=h_q, seqlen=129, varlen=True),
             ]
     grid.append(MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(2, 1000)))
+    page16 = [dict(b=4, seqlens=(15, 16, 17, 1)), dict(b=3, seqlens=(33, 100, 257)),
+              dict(b=16, seqlen=300, varlen=True), dict(b=5, seqlens=(0, 2, 48, 999, 1025))]
+    cells = [(s_q, h_q) for s_q in (1, 2, 3, 4) for h_q in (8, 16, 32, 64, 128)]
+    grid += [MlaDecodeProblem(s_q=s_q, h_q=h_q, page_size=16, **page16[i % len(page16)])
+             for i, (s_q, h_q) in enumerate(cells)]
+    grid.append(MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(2, 5000), page_size=16))
+    page32 = [dict(b=4, seqlens=(31, 32, 33, 1)), dict(b=32, seqlen=500, varlen=True)]
+    cells = [(s_q, h_q) for h_q in (16, 64, 128) for s_q in (1, 2)]
+    grid += [MlaDecodeProblem(s_q=s_q, h_q=h_q, page_size=32, **page32[i % len(page32)])
+             for i, (s_q, h_q) in enumerate(cells)]
     return grid
 
 
@@ -471,6 +522,12 @@ def _bench_grid() -> list[MlaDecodeProblem]:
     return [MlaDecodeProblem(b=128, s_q=s_q, h_q=h_q, seqlen=s, varlen=v)
             for v in (False, True) for s_q in (1, 2) for h_q in (16, 64, 128)
             for s in (1024, 4096, 8192)]
+
+
+def _pages_grid() -> list[MlaDecodeProblem]:
+    """What the page size costs: page 16/32/64 x h_q 16/64/128 x s_q 1/2, b=128, seqlen 4096."""
+    return [MlaDecodeProblem(b=128, s_q=s_q, h_q=h_q, seqlen=4096, page_size=page)
+            for s_q in (1, 2) for h_q in (16, 64, 128) for page in PAGE_SIZES]
 
 
 def _smoke_grid() -> list[MlaDecodeProblem]:
@@ -484,8 +541,8 @@ def _sanitize_grid() -> list[MlaDecodeProblem]:
     return [MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))]
 
 
-MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "smoke": _smoke_grid,
-                          "sanitize": _sanitize_grid}
+MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "pages": _pages_grid,
+                          "smoke": _smoke_grid, "sanitize": _sanitize_grid}
 
 
 def grid(name: str) -> list[MlaDecodeProblem]:

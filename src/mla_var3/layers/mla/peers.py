@@ -1,8 +1,8 @@
 """Peers: measured numbers of kernels we cannot ship (FlashMLA on the H200), shown beside ours.
 
 They are reference rows, never re-run and never written as our records: the CSV says where,
-when and how they were measured. A row matches a problem of the same b, s_q, h_q, seqlen and
-lengths kind (fixed / varlen; for varlen FlashMLA's RNG drew its own lengths, whose mean is in
+when and how they were measured. A row matches a problem of the same b, s_q, h_q, seqlen, page
+size 64 and lengths kind (fixed / varlen; for varlen FlashMLA's RNG drew its own lengths, whose mean is in
 the CSV and is what its FLOPs and bytes use).
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ def load(filename: str) -> tuple[dict, ...]:
 def match(problem, gpu_name: str) -> dict | None:
     """The peer row for this problem on this GPU, or None."""
     fname = PEER_FILES.get(gpu_name)
-    if fname is None or problem.seqlens is not None or problem.softmax_scale is not None:
+    if fname is None or problem.seqlens is not None or problem.softmax_scale is not None \
+            or problem.page_size != 64:      # FlashMLA's table: page size 64 (its only one)
         return None
     kind = "varlen" if problem.varlen else "fixed"
     for row in load(fname):

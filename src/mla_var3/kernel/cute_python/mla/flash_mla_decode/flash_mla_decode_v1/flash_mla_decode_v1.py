@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem
+from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem, page_size_reasons
 from mla_var3.runtime.cute_kernel import CuteKernel, ensure_dsl_arch
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
 from mla_var3.runtime.runtime_kernel import RuntimeKernel
@@ -35,6 +35,10 @@ class FlashMlaDecodeV1(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaTiling
     summary = "CuTe DSL: CTA per (seq, 64 rows), TMA 2-stage K ring, wgmma QK^T and PV, no split-KV"
+
+    def supports(self, problem) -> list[str]:
+        return super().supports(problem) or page_size_reasons(
+            problem, (PAGE_SIZE,), "loads each page as one 64-row TMA box (block_n = page = 64)")
 
     def _kernel(self, s_q: int, h_q: int, tiling: FlashMlaTiling, arch: str = "sm_90a") -> RuntimeKernel:
         """One stage: the whole decode in one launch (no split-KV, no workspace)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem
+from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem, page_size_reasons
 from mla_var3.runtime.cute_kernel import CuteKernel, ensure_dsl_arch
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
 from mla_var3.runtime.runtime_kernel import RuntimeKernel
@@ -50,6 +50,10 @@ class FlashMlaDecodeV3(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v2 with S split between the warpgroups (no redundant QK^T), P shared through smem"
+
+    def supports(self, problem) -> list[str]:
+        return super().supports(problem) or page_size_reasons(
+            problem, (PAGE_SIZE,), "maps one TMA box per 64-row page (block_n = page = 64)")
 
     def default_tiling(self, problem) -> FlashMlaSplitTiling:
         lens = problem.resolve_seqlens(0)

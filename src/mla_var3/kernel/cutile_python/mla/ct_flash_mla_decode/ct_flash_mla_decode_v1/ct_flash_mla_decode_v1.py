@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mla_var3.errors import PlanError
-from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem
+from mla_var3.layers.mla.decode import D_QK, PAGE_SIZE, MlaDecodeProblem, page_size_reasons
 from mla_var3.runtime.ct_kernel import CtKernel, gpu_code_for
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
 from mla_var3.runtime.runtime_kernel import RuntimeKernel
@@ -40,6 +40,10 @@ class CtFlashMlaDecodeV1(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = CtFlashMlaTiling
     summary = "cuTile: block per (seq, 64 rows), TMA page tiles, ct.mma QK^T and PV, no split-KV"
+
+    def supports(self, problem) -> list[str]:
+        return super().supports(problem) or page_size_reasons(
+            problem, (PAGE_SIZE,), "its kernel walks 64-row pages (PAGE = 64 in kernel.py)")
 
     def autotune_configs(self, problem) -> list[CtFlashMlaTiling]:
         return [CtFlashMlaTiling(block_n=n, kv_latency=lat) for n in (64, 32) for lat in (8, 4)]

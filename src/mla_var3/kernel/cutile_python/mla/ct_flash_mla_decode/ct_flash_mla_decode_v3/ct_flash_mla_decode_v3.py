@@ -9,7 +9,7 @@ import heapq
 from dataclasses import dataclass
 
 from mla_var3.errors import PlanError
-from mla_var3.layers.mla.decode import D_QK, D_V, PAGE_SIZE, MlaDecodeProblem
+from mla_var3.layers.mla.decode import D_QK, D_V, PAGE_SIZE, MlaDecodeProblem, page_size_reasons
 from mla_var3.runtime.ct_kernel import CtKernel, gpu_code_for
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling, smem_reasons
 from mla_var3.runtime.runtime_kernel import RuntimeKernel
@@ -123,6 +123,10 @@ class CtFlashMlaDecodeV3(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = CtFlashMlaSplitTiling
     summary = "cuTile v2 + split-KV (device-side split bounds) and a float32 combine kernel"
+
+    def supports(self, problem) -> list[str]:
+        return super().supports(problem) or page_size_reasons(
+            problem, (PAGE_SIZE,), "its kernel walks 64-row pages (PAGE = 64 in kernel.py)")
 
     def default_tiling(self, problem) -> CtFlashMlaSplitTiling:
         t = CtFlashMlaSplitTiling()

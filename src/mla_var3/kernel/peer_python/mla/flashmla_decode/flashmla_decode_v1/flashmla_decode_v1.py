@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mla_var3.layers.mla.decode import D_V, MlaDecodeProblem
+from mla_var3.layers.mla.decode import D_V, MlaDecodeProblem, page_size_reasons
 from mla_var3.runtime.kernel_plan import KernelPlan, Tiling
 from mla_var3.runtime.peer_kernel import ExtensionSpec, PeerKernel, load_extension
 from mla_var3.runtime.runtime_kernel import RuntimeKernel
@@ -91,6 +91,8 @@ class FlashMlaDecodeV1(KernelPlan):
         reasons = super().supports(problem)
         if reasons:
             return reasons
+        reasons = page_size_reasons(problem, (64,), 'FlashMLA checks page_block_size == 64 '
+                                    '("Currently page_block_size must be 64")')
         scale_log2 = problem.scale * math.log2(math.e)
         if not MASK_VALUE * scale_log2 < RUNNING_MAX_INIT:
             reasons.append(f"softmax_scale {problem.scale:g} is not above {-RUNNING_MAX_INIT / -MASK_VALUE / math.log2(math.e):.3g}: "

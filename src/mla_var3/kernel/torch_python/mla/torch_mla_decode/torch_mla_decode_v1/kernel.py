@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from mla_var3.layers.mla.decode import D_QK, D_V, PAGE_SIZE
+from mla_var3.layers.mla.decode import D_QK, D_V
 
 
 def _bmm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -21,13 +21,14 @@ def _bmm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def decode_chunk(q, kv_pages, block_table, seqlens, max_seqlen: int, scale: float, out, lse) -> None:
-    """q [n, s_q, h_q, 576]; block_table [n, pages]; seqlens [n] int32 (max_seqlen: their host
-    max, so nothing syncs and the call can be captured in a CUDA graph); writes out, lse."""
+    """q [n, s_q, h_q, 576]; kv_pages [num_blocks, page_size, 576] (any page size); block_table
+    [n, pages]; seqlens [n] int32 (max_seqlen: their host max, so nothing syncs and the call can
+    be captured in a CUDA graph); writes out, lse."""
     n, s_q, h_q, _ = q.shape
     rows = s_q * h_q
-    num_blocks = kv_pages.shape[0]
-    pages = max(1, -(-max_seqlen // PAGE_SIZE))
-    length = pages * PAGE_SIZE
+    num_blocks, page_size = kv_pages.shape[0], kv_pages.shape[1]
+    pages = max(1, -(-max_seqlen // page_size))
+    length = pages * page_size
     table = block_table[:, :pages].clamp(0, num_blocks - 1).long()     # invalid entries: masked below
     keys = kv_pages[table].reshape(n, length, D_QK)                     # [n, L, 576] bf16
     pos = torch.arange(length, device=q.device)
@@ -55,7 +56,7 @@ def decode_chunk(q, kv_pages, block_table, seqlens, max_seqlen: int, scale: floa
 
 def mla_decode(inputs, out, lse, tiling) -> None:
     """The whole batch, `tiling.batch_chunk` sequences at a time (bounds the padded buffers)."""
-    kv_pages = inputs.kv_cache.view(-1, PAGE_SIZE, D_QK)
+    kv_pages = inputs.kv_cache.view(-1, inputs.kv_cache.shape[1], D_QK)      # [num_blocks, page_size, 576]
     host_lens = inputs.seqlens or tuple(inputs.cache_seqlens.tolist())
     step = tiling.batch_chunk
     for start in range(0, inputs.b, step):

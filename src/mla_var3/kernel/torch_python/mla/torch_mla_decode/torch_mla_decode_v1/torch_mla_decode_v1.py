@@ -1,4 +1,5 @@
-"""torch_mla_decode_v1: the PyTorch baseline (batched bf16 bmm, float32 softmax)."""
+"""torch_mla_decode_v1: the PyTorch baseline (batched bf16 bmm, float32 softmax); every page size
+(16, 32, 64): it gathers whole pages of whatever size the cache has."""
 from __future__ import annotations
 
 from dataclasses import dataclass
