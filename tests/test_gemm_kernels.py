@@ -67,3 +67,11 @@ def test_gemm_matches_reference(name, problem):
     results = check.check_plan(plan, [problem], seeds=(0, 1), device="cuda")
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
+
+
+def test_gemm_v4_refuses_a_gpu_without_the_shared_memory():
+    plan = registry.get_plan("gemm_v4")
+    p = GemmProblem(m=4096, n=4096, k=4096, dtype="fp16")
+    small = load_devices()["RTX-5090"]          # 99 KB per block; the default ring needs 193 KB
+    assert any("shared memory" in r for r in plan.default_tiling(p).validate(p, small))
+    assert plan.Tiling(block_n=128, stages=3, consumer_wgs=1).validate(p, small) == []
