@@ -75,3 +75,15 @@ def test_gemm_v4_refuses_a_gpu_without_the_shared_memory():
     small = load_devices()["RTX-5090"]          # 99 KB per block; the default ring needs 193 KB
     assert any("shared memory" in r for r in plan.default_tiling(p).validate(p, small))
     assert plan.Tiling(block_n=128, stages=3, consumer_wgs=1).validate(p, small) == []
+
+
+def test_launch_arguments_refuse_what_the_compiled_code_assumes():
+    import torch
+
+    from mla_var3.errors import InputError
+    from mla_var3.kernel.cute_python.common import gemm_io
+    a, b, c = torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16)
+    assert gemm_io.launch_arguments(a, b, c) == (a, b, c)
+    shifted = torch.zeros(4 * 16 + 1, dtype=torch.bfloat16)[1:].view(4, 16)     # 2 bytes past an aligned base
+    with pytest.raises(InputError, match="a: expected a contiguous tensor whose data starts 16-byte aligned"):
+        gemm_io.launch_arguments(shifted, b, c)

@@ -12,6 +12,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
+from mla_var3.errors import InputError
+
 ALIGN = 8                      # elements: n and k are multiples of 8 (16-byte rows)
 CUTE_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}
 
@@ -36,10 +38,13 @@ def fake_arguments(dtype) -> tuple:
 
 
 def launch_arguments(a, b, c) -> tuple:
-    """The torch tensors the compiled function is called with (same order, no stream)."""
+    """The torch tensors the compiled function is called with (same order, no stream). The
+    compiled code assumes what the fake arguments promised (16-byte aligned bases, n and k
+    multiples of 8) and the TVM-FFI call checks none of it: refuse here, in one line."""
     for name, t in (("a", a), ("b", b), ("c", c)):
         if not t.is_contiguous() or t.data_ptr() % 16:
-            raise ValueError(f"{name}: expected a contiguous, 16-byte aligned tensor")
+            raise InputError(f"{name}: expected a contiguous tensor whose data starts 16-byte aligned "
+                             f"(storage offset {t.storage_offset()} elements)")
     if a.shape[1] % ALIGN or b.shape[0] % ALIGN:
-        raise ValueError(f"n and k must be multiples of {ALIGN}, got n={b.shape[0]}, k={a.shape[1]}")
+        raise InputError(f"n and k: expected multiples of {ALIGN}, got n={b.shape[0]}, k={a.shape[1]}")
     return a, b, c
