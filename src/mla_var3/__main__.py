@@ -22,11 +22,14 @@ def main() -> int:
     rc = 0
     print("== kernels")
     rc |= cli(["list"])
-    dsl = [e.name for e in registry.all_entries() if e.language in ("cute-dsl", "cutile")]
+    dsl = {}                  # problem kind -> its CuTe DSL and cuTile versions (--compare needs one kind)
+    for e in registry.all_entries():
+        if e.language in ("cute-dsl", "cutile"):
+            dsl.setdefault(e.load().problem_kind.kind, []).append(e.name)
     print("\n== compile-check for sm_90a (no GPU needed)")
-    if dsl:
-        rc |= cli([dsl[0], "--compile-only", "--arch=sm_90a"] + ([f"--compare={','.join(dsl[1:])}"] if dsl[1:] else []))
-    else:
+    for names in dsl.values():
+        rc |= cli([names[0], "--compile-only", "--arch=sm_90a"] + ([f"--compare={','.join(names[1:])}"] if names[1:] else []))
+    if not dsl:
         print("no CuTe DSL or cuTile kernels yet")
     print("\n== float32 reference and the PyTorch baseline on the CPU")
     t0 = time.perf_counter()

@@ -1,0 +1,89 @@
+"""The GEMM kernel versions (gemm_vN, ct_gemm_vN): what they refuse and why, on the CPU, the
+compile-only CLI, and (GPU) every version against the reference on small ragged shapes."""
+import pytest
+
+from mla_var3.cli.kernel import main
+from mla_var3.errors import PlanError
+from mla_var3.layers.gemm.matmul import GemmProblem
+from mla_var3.layers.mla.decode import MlaDecodeProblem
+from mla_var3.runtime import check, devices, registry
+from mla_var3.runtime.devices import load_devices
+
+GEMM = [e.name for e in registry.all_entries() if e.load().problem_kind is GemmProblem]
+GEMM_DSL = [e.name for e in registry.all_entries() if e.name in GEMM and e.language in ("cute-dsl", "cutile")]
+H200 = load_devices()["H200"]
+# ragged: m not a multiple of any tile, n and k multiples of 8 but not of a tile
+RAGGED = [GemmProblem(m=1, n=256, k=512), GemmProblem(m=1000, n=3000, k=4000),
+          GemmProblem(m=512, n=512, k=512), GemmProblem(m=129, n=264, k=520, dtype="fp16"),
+          GemmProblem(m=1000, n=3000, k=4000, dtype="fp16"), GemmProblem(m=77, n=8, k=8)]
+
+
+def test_gemm_versions_are_registered():
+    assert {"gemm_v1", "torch_gemm_v1"} <= set(GEMM)
+
+
+@pytest.mark.parametrize("name", GEMM_DSL)
+def test_supports_gives_reasons(name):
+    plan = registry.get_plan(name)
+    assert plan.supports(GemmProblem(m=1000, n=3000, k=4000)) == []
+    assert plan.supports(GemmProblem(m=1, n=8, k=8, dtype="fp16")) == []
+    assert any("solves gemm" in r for r in plan.supports(MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=64)))
+    huge = GemmProblem(m=65536, n=65536, k=65536)       # 2^32 elements per operand
+    assert any("2^31" in r for r in plan.supports(huge))
+    with pytest.raises(PlanError, match=f"{name} does not support m=65536"):
+        plan.require_supported(huge)
+
+
+@pytest.mark.parametrize("name", GEMM_DSL)
+def test_tiling_reasons_are_clear(name):
+    plan = registry.get_plan(name)
+    p = GemmProblem(m=1000, n=3000, k=4000)
+    assert plan.default_tiling(p).validate(p, H200) == []
+    configs = plan.autotune_configs(p)
+    assert configs and all(t.validate(p, H200) == [] for t in configs), "the search space must be valid on the H200"
+    for bad in plan.example_bad_tilings():
+        reasons = bad.validate(p, H200)
+        assert reasons and all(isinstance(r, str) and r for r in reasons)
+        with pytest.raises(PlanError, match=r"tiling .* does not fit " + name):
+            plan.check_tiling(bad, p, H200)
+
+
+@pytest.mark.parametrize("name", GEMM_DSL)
+def test_compile_only_cli(name, capsys):
+    assert main([name, "--compile-only", "--arch=sm_90a", "--m=1000", "--n=3000", "--k=4000", "--dtype=fp16"]) == 0
+    assert f"{name} dtype=fp16 [sm_90a]: compiled" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", RAGGED, ids=[p.key() for p in RAGGED])
+@pytest.mark.parametrize("name", GEMM)
+def test_gemm_matches_reference(name, problem):
+    plan = registry.get_plan(name)
+    here = devices.current_device()
+    if not devices.arch_supported(plan.arch, here.arch):
+        pytest.skip(f"{name} needs {plan.arch}; this GPU is {here.arch}")
+    if plan.supports(problem):
+        pytest.skip(f"{name}: " + "; ".join(plan.supports(problem)))
+    results = check.check_plan(plan, [problem], seeds=(0, 1), device="cuda")
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+def test_gemm_v4_refuses_a_gpu_without_the_shared_memory():
+    plan = registry.get_plan("gemm_v4")
+    p = GemmProblem(m=4096, n=4096, k=4096, dtype="fp16")
+    small = load_devices()["RTX-5090"]          # 99 KB per block; the default ring needs 193 KB
+    assert any("shared memory" in r for r in plan.default_tiling(p).validate(p, small))
+    assert plan.Tiling(block_n=128, stages=3, consumer_wgs=1).validate(p, small) == []
+
+
+def test_launch_arguments_refuse_what_the_compiled_code_assumes():
+    import torch
+
+    from mla_var3.errors import InputError
+    from mla_var3.kernel.cute_python.common import gemm_io
+    a, b, c = torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16)
+    assert gemm_io.launch_arguments(a, b, c) == (a, b, c)
+    shifted = torch.zeros(4 * 16 + 1, dtype=torch.bfloat16)[1:].view(4, 16)     # 2 bytes past an aligned base
+    with pytest.raises(InputError, match="a: expected a contiguous tensor whose data starts 16-byte aligned"):
+        gemm_io.launch_arguments(shifted, b, c)
