@@ -91,3 +91,35 @@ def exp_and_rescale(s_rc: cute.Tensor, o_rc: cute.Tensor, row_max: cute.Tensor, 
         row_sum[r] = row_sum[r] * corr + psum
         for j in cutlass.range_constexpr(n_ocols):
             o_rc[r, j] = o_rc[r, j] * corr
+
+
+@cute.jit
+def exp_against_new_max(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
+                        tile_max: cute.Tensor, scale: cute.Tensor):
+    """For a warpgroup that owns a whole tile's scores (the seesaw, v4+): m_new = max(m, tile_max),
+    P = exp2(s - m_new) in place, l = l * 2^(m - m_new) + this lane's row sum of P. The O
+    correction 2^(m - m_new) goes to `scale` instead of being applied, because in the seesaw the
+    O it applies to may live in the other warpgroup (see `scale_rows`)."""
+    n_rows = cute.size(s_rc, mode=[0])
+    n_cols = cute.size(s_rc, mode=[1])
+    for r in cutlass.range_constexpr(n_rows):
+        m_old = row_max[r]
+        m_new = cute.arch.fmax(m_old, tile_max[r])
+        m_off = m_new if m_new != -F32.inf else F32(0.0)     # no -inf - (-inf)
+        corr = cute.math.exp2(m_old - m_off, fastmath=True)
+        row_max[r] = m_new
+        scale[r] = corr
+        psum = F32(0.0)
+        for j in cutlass.range_constexpr(n_cols):
+            p = cute.math.exp2(s_rc[r, j] - m_off, fastmath=True)
+            s_rc[r, j] = p
+            psum += p
+        row_sum[r] = row_sum[r] * corr + psum
+
+
+@cute.jit
+def scale_rows(o_rc: cute.Tensor, scale: cute.Tensor):
+    """O[r, :] *= scale[r] for this thread's rows (o_rc: the (rows, cols) view of O)."""
+    for r in cutlass.range_constexpr(cute.size(o_rc, mode=[0])):
+        for j in cutlass.range_constexpr(cute.size(o_rc, mode=[1])):
+            o_rc[r, j] = o_rc[r, j] * scale[r]

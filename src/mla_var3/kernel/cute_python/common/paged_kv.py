@@ -42,3 +42,32 @@ def zero_tail_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, t
         sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
     cute.arch.fence_proxy("async.shared", space="cta")
     cute.arch.sync_threads()
+
+
+@cute.jit
+def load_tile_chunked(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars, coord,
+                      first_slot: cutlass.Int32, n_chunks: cutlass.Constexpr[int],
+                      chunk_bytes: cutlass.Constexpr[int]):
+    """Like `load_tile`, but box c lands on its own mbarrier `bars + first_slot + c`, so a consumer
+    can start on chunk 0 while the rest is in flight. Arms each barrier for `chunk_bytes` (one
+    elected lane) and issues the box; called by one whole warp."""
+    for c in cutlass.range_constexpr(n_chunks):
+        expect_tile(bars + first_slot + c, chunk_bytes)
+        cute.copy(tma, src[(None, (0, c, coord))], dst[(None, first_slot + c)], tma_bar_ptr=bars + first_slot + c)
+
+
+@cute.jit
+def zero_tail_rows_named(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, tid: cutlass.Int32,
+                         num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
+                         d: cutlass.Constexpr[int], box: cutlass.Constexpr[int],
+                         barrier_id: cutlass.Constexpr[int]):
+    """`zero_tail_rows` for a tile only some threads own (e.g. one warpgroup): the `num_threads`
+    callers (tid 0..num_threads-1) zero the rows, fence for the async proxy and meet on the named
+    barrier `barrier_id` instead of the CTA barrier."""
+    n_zero = (rows - tail) * d
+    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
+        r = tail + i // d
+        col = i % d
+        sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
+    cute.arch.fence_proxy("async.shared", space="cta")
+    cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
