@@ -28,6 +28,13 @@ tile of C = 4 x 8 mma.sync per k16 step; 128 float32 accumulators per thread; 3 
 Ragged edges
 - m and n: the copy of a 16-byte vector whose row is >= m (or >= n) is predicated off; the
   whole ring is zero-filled once at the start, so those rows stay zero in every stage.
+  Predicated off means cp.async with src-size 0 (zero fill): the instruction is still issued
+  with a source address, and that address must be a 16-byte aligned, valid one. Each
+  vector's source is therefore formed from clamped coordinates (min(row, m - 1),
+  max(col, 0)), never from the rows past m (fix before the first measurement: the first GPU
+  run faulted with `misaligned address` at m=1, n=256, k=512, where rows 1..127 of a 1-row A
+  were addressed through A's row stride - a stride that a size-1 dimension does not pin down,
+  that TVM-FFI does not check for size-1 dimensions, and that is all out of bounds anyway).
 - k: the k tiles are shifted so that the one partial tile is the first (tile 0 covers columns
   k - block_k * n_tiles .. , negative columns predicated off and left zero in stage 0); later
   reuses of stage 0 are full tiles. k is a multiple of 8, so a 16-byte vector is all in or all
@@ -111,17 +118,24 @@ class GemmV3Kernel:
 
     # ---------------------------------------------------------------- device side
     @cute.jit
-    def predicates(self, tc: cute.Tensor, rows):
-        """One Boolean per 16-byte vector of this thread's copy partition `tc` (identity
-        coordinates (row, col) of one k tile): row < rows and col >= 0."""
-        p = cute.make_rmem_tensor(cute.make_layout((tc.shape[0][1], cute.size(tc, mode=[1]), cute.size(tc, mode=[2]))),
-                                  cutlass.Boolean)
-        for v in cutlass.range_constexpr(cute.size(p, mode=[0])):
-            for i in cutlass.range_constexpr(cute.size(p, mode=[1])):
-                for j in cutlass.range_constexpr(cute.size(p, mode=[2])):
-                    crd = tc[(0, v), i, j]
-                    p[v, i, j] = cute.elem_less((crd[0], cutlass.Int32(-1)), (rows, crd[1]))
-        return p
+    def load_vectors(self, copy: cute.TiledCopy, g: cute.Tensor, vec_layout: cute.Layout, tc: cute.Tensor,
+                     ts: cute.Tensor, rows):
+        """cp.async of this thread's 16-byte vectors of one k tile: `tc` their (row, col) identity
+        coordinates in the operand `g` (col may be negative in the shifted first tile), `ts` their
+        shared-memory destinations. A vector with row >= rows or col < 0 is issued with src-size
+        0 (zero fill) but from a clamped coordinate (min(row, rows - 1), max(col, 0)): its source
+        address is then always an element of `g`, 16-byte aligned, whatever the rows past `rows`
+        or the row stride of a 1-row operand (a size-1 dimension's stride is not bound by the
+        layout, and DLPack exporters may report it as 1) would give."""
+        for i in cutlass.range_constexpr(cute.size(ts, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(ts, mode=[2])):
+                crd = tc[(0, 0), i, j]
+                p = cute.make_rmem_tensor(cute.make_layout((1, 1)), cutlass.Boolean)
+                p[0, 0] = cute.elem_less((crd[0], cutlass.Int32(-1)), (rows, crd[1]))
+                row = cutlass.min(crd[0], rows - 1)
+                col = cute.assume(cutlass.max(crd[1], cutlass.Int32(0)), divby=VEC)   # k tile starts: multiples of 8
+                src = cute.make_tensor(g.iterator + cute.crd2idx((row, col), g.layout), vec_layout)
+                cute.copy(copy, src, ts[None, i, j], pred=p)
 
     @cute.kernel
     def gemm_v3_kernel(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor,
@@ -139,10 +153,6 @@ class GemmV3Kernel:
         cB = cute.local_tile(cute.make_identity_tensor(b.shape), (self.block_n, self.block_k), (bn, None))
         n_k_tiles = cute.size(gA, mode=[2])
         residue = k - self.block_k * n_k_tiles                                   # in (-block_k, 0]
-        gA = cute.domain_offset((0, residue, 0), gA)
-        gB = cute.domain_offset((0, residue, 0), gB)
-        gA = cute.make_tensor(gA.iterator.align(16), gA.layout)                 # residue % 8 == 0
-        gB = cute.make_tensor(gB.iterator.align(16), gB.layout)
         cA = cute.domain_offset((0, residue, 0), cA)
         cB = cute.domain_offset((0, residue, 0), cB)
 
@@ -152,8 +162,12 @@ class GemmV3Kernel:
 
         thr_a = copy_a.get_slice(tidx)
         thr_b = copy_b.get_slice(tidx)
-        tAgA, tAsA, tAcA = thr_a.partition_S(gA), thr_a.partition_D(sA), thr_a.partition_S(cA)
-        tBgB, tBsB, tBcB = thr_b.partition_S(gB), thr_b.partition_D(sB), thr_b.partition_S(cB)
+        tAsA, tAcA = thr_a.partition_D(sA), thr_a.partition_S(cA)
+        tBsB, tBcB = thr_b.partition_D(sB), thr_b.partition_S(cB)
+        # one 16-byte vector in global memory (the source of one cp.async); its address is
+        # formed per vector from clamped coordinates (load_vectors), not from a tile partition
+        vec_a = thr_a.partition_S(gA)[None, 0, 0, 0].layout
+        vec_b = thr_b.partition_S(gB)[None, 0, 0, 0].layout
 
         # rows past m / n are never copied: zero the whole ring once so they read as 0
         tAsA.fill(0)
@@ -163,10 +177,8 @@ class GemmV3Kernel:
         # ---- prologue: tiles 0 .. stages-2 in flight (one commit group each, maybe empty)
         for s in cutlass.range_constexpr(self.stages - 1):
             if s < n_k_tiles:
-                cute.copy(copy_a, tAgA[None, None, None, s], tAsA[None, None, None, s],
-                          pred=self.predicates(tAcA[None, None, None, s], m))
-                cute.copy(copy_b, tBgB[None, None, None, s], tBsB[None, None, None, s],
-                          pred=self.predicates(tBcB[None, None, None, s], n))
+                self.load_vectors(copy_a, a, vec_a, tAcA[None, None, None, s], tAsA[None, None, None, s], m)
+                self.load_vectors(copy_b, b, vec_b, tBcB[None, None, None, s], tBsB[None, None, None, s], n)
             cute.arch.cp_async_commit_group()
 
         # ---- fragments: ldmatrix.x4 from the swizzled tiles into the mma.sync layout
@@ -193,10 +205,8 @@ class GemmV3Kernel:
             nxt = kt + self.stages - 1
             if nxt < n_k_tiles:                               # refill the stage tile kt-1 used
                 ws = nxt % self.stages
-                cute.copy(copy_a, tAgA[None, None, None, nxt], tAsA[None, None, None, ws],
-                          pred=self.predicates(tAcA[None, None, None, nxt], m))
-                cute.copy(copy_b, tBgB[None, None, None, nxt], tBsB[None, None, None, ws],
-                          pred=self.predicates(tBcB[None, None, None, nxt], n))
+                self.load_vectors(copy_a, a, vec_a, tAcA[None, None, None, nxt], tAsA[None, None, None, ws], m)
+                self.load_vectors(copy_b, b, vec_b, tBcB[None, None, None, nxt], tBsB[None, None, None, ws], n)
             cute.arch.cp_async_commit_group()
             rs = kt % self.stages
             for kb in cutlass.range_constexpr(n_kb):
