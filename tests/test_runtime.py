@@ -258,3 +258,16 @@ def test_isolated_trial_process_round_trips_a_real_spec():
     p = mla.MlaDecodeProblem(b=2, seqlen=64)
     trial = autotune.run_trial(autotune.trial_command(plan, p, plan.Tiling(batch_chunk=2), rep_ms=5, seed=0), 120)
     assert trial["status"] == "failed" and "CUDA" in trial["error"], trial
+
+
+def test_a_quarantined_plan_is_unavailable_unless_asked_for(monkeypatch):
+    """A version known to fault (or never run on a GPU) is skipped by list/compare/tests/dispatch
+    with its reason, and runs only when MLA_VAR3_RUN_QUARANTINED=1."""
+    from mla_var3.runtime import kernel_plan, registry
+    plan = registry.get_plan("gemm_v3")
+    monkeypatch.delenv(kernel_plan.QUARANTINE_ENV, raising=False)
+    assert plan.quarantine and plan.unavailable().startswith("quarantined: faults")
+    assert kernel_plan.QUARANTINE_ENV in plan.unavailable()
+    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
+    assert plan.unavailable() is None
+    assert registry.get_plan("gemm_v4").quarantine == ""

@@ -8,6 +8,7 @@ imports a layer - it asks the problem for everything (inputs, validation, output
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import TYPE_CHECKING, ClassVar
 
@@ -56,6 +57,9 @@ def split_version(name: str) -> tuple[str, int]:
     return m["design"], int(m["n"])
 
 
+QUARANTINE_ENV = "MLA_VAR3_RUN_QUARANTINED"
+
+
 class KernelPlan:
     """One subclass per kernel version (the project's docs/design.md, "Plans and runtimes")."""
 
@@ -66,6 +70,8 @@ class KernelPlan:
     Tiling: ClassVar[type] = Tiling
     summary: ClassVar[str] = ""             # one line for `list`
     upstream: ClassVar[str] = ""            # peers: the outside code and pinned commit they call
+    quarantine: ClassVar[str] = ""          # why this version must not run by default (a fault seen on
+    #                                         the GPU, or never run there yet); see unavailable()
 
     # ---- identity --------------------------------------------------------------------------
     @property
@@ -84,7 +90,11 @@ class KernelPlan:
     def unavailable(self) -> str | None:
         """Why this version cannot run in this checkout at all (None: it can). A peer whose
         extension is not built says so with the build command; `list` shows it, `build` refuses
-        with it, `--compare=all` and the GPU tests skip the version with it."""
+        with it, `--compare=all` and the GPU tests skip the version with it. A quarantined
+        version (`quarantine` set) is unavailable unless MLA_VAR3_RUN_QUARANTINED=1, so nothing
+        (the serving op's dispatch included) picks a kernel known to fault or never checked."""
+        if self.quarantine and os.environ.get(QUARANTINE_ENV) != "1":
+            return f"quarantined: {self.quarantine} (set {QUARANTINE_ENV}=1 to run it anyway)"
         return None
 
     def supports(self, problem) -> list[str]:
