@@ -51,10 +51,13 @@ def test_check_at_page_16_on_cpu_and_compile_only_skips_with_the_reason(tmp_path
     assert rc == 0 and "PASSED 3/3 cases on 1 problems" in capsys.readouterr().out
     rec = json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1])
     assert rec["problem"]["page_size"] == 16 and rec["problem_key"].endswith(",page_size=16")
-    assert main(["flash_mla_decode", "--compile-only", "--arch=sm_90a", "--b=1", "--s_q=1", "--h_q=16",
+    assert main(["flash_mla_decode_v4", "--compile-only", "--arch=sm_90a", "--b=1", "--s_q=1", "--h_q=16",
                  "--page_size=16"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"flash_mla_decode_v\d+ s_q=1,h_q=16,page_size=16: skipped, page size 16: .*page_size 64 only", out)
+    assert re.search(r"flash_mla_decode_v4 s_q=1,h_q=16,page_size=16: skipped, page size 16: .*page_size 64 only", out)
+    assert main(["flash_mla_decode_v5", "--compile-only", "--arch=sm_90a", "--b=1", "--s_q=1", "--h_q=16",
+                 "--page_size=16"]) == 0
+    assert "flash_mla_decode_v5 s_q=1,h_q=16,page_size=16 [sm_90a]: compiled" in capsys.readouterr().out
 
 
 def test_prof_type_is_accepted():

@@ -9,7 +9,9 @@ from mla_var3.runtime import registry
 DSL = [e.name for e in registry.all_entries() if e.language in ("cute-dsl", "cutile")]
 SHAPES = [(1, 16), (2, 64), (1, 128), (2, 128)]
 COMPILE_PROBLEMS = {
-    "mla_decode": [mla.MlaDecodeProblem(b=1, s_q=s_q, h_q=h_q, seqlen=65) for s_q, h_q in SHAPES],
+    "mla_decode": [mla.MlaDecodeProblem(b=1, s_q=s_q, h_q=h_q, seqlen=65) for s_q, h_q in SHAPES]
+    + [mla.MlaDecodeProblem(b=1, s_q=4, h_q=8, seqlen=65, page_size=16),
+       mla.MlaDecodeProblem(b=1, s_q=1, h_q=128, seqlen=65, page_size=32)],
     "gemm": [GemmProblem(m=1000, n=3000, k=4000, dtype=d) for d in ("bf16", "fp16")],
 }
 CASES = [(name, p) for name in DSL for p in COMPILE_PROBLEMS[registry.get_plan(name).problem_kind.kind]]
@@ -18,6 +20,8 @@ CASES = [(name, p) for name in DSL for p in COMPILE_PROBLEMS[registry.get_plan(n
 @pytest.mark.parametrize("name, problem", CASES, ids=[f"{n}-{p.static_key()}" for n, p in CASES])
 def test_compiles_for_sm90a(name, problem):
     plan = registry.get_plan(name)
+    if plan.supports(problem):
+        pytest.skip("; ".join(plan.supports(problem)))
     info = plan.compile_only(problem, "sm_90a")
     assert info["compiled"] is True
 

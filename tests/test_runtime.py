@@ -271,3 +271,15 @@ def test_a_quarantined_plan_is_unavailable_unless_asked_for(monkeypatch):
     monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
     assert plan.unavailable() is None
     assert registry.get_plan("gemm_v4").quarantine == ""
+
+
+def test_a_design_name_means_its_newest_version_that_is_not_quarantined(monkeypatch):
+    from mla_var3.runtime import kernel_plan, registry
+    monkeypatch.delenv(kernel_plan.QUARANTINE_ENV, raising=False)
+    newest = registry.versions_of("flash_mla_decode")[-1]
+    assert registry.quarantined(newest)            # v5: never run on a GPU yet
+    picked = registry.resolve("flash_mla_decode")
+    assert picked.version < newest.version and not registry.quarantined(picked)
+    assert picked.name in {e.name for e in registry.newest_entries()}
+    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
+    assert registry.resolve("flash_mla_decode").name == newest.name

@@ -59,14 +59,21 @@ def versions_of(design: str) -> list[VersionEntry]:
     return sorted((e for e in discover().values() if e.design == design), key=lambda e: e.version)
 
 
+def quarantined(e: VersionEntry) -> bool:
+    """A version held back by its plan's `quarantine` (unless MLA_VAR3_RUN_QUARANTINED=1)."""
+    plan = e.load()
+    return bool(plan.quarantine) and plan.unavailable() is not None
+
+
 def resolve(name: str) -> VersionEntry:
-    """A version name, or a design name meaning its newest version."""
+    """A version name, or a design name meaning its newest version that is not quarantined
+    (a quarantined version runs only when named, with MLA_VAR3_RUN_QUARANTINED=1)."""
     entries = discover()
     if name in entries:
         return entries[name]
     vs = versions_of(name)
     if vs:
-        return vs[-1]
+        return next((e for e in reversed(vs) if not quarantined(e)), vs[-1])
     designs = sorted({e.design for e in entries.values()})
     raise RegistryError(f"kernel: unknown kernel {name!r}; known designs: {', '.join(designs)} "
                         f"(`python -m mla_var3.kernel list` shows every version)")
@@ -81,5 +88,6 @@ def all_entries() -> list[VersionEntry]:
 
 
 def newest_entries() -> list[VersionEntry]:
-    """The newest version of every design."""
-    return [e for e in all_entries() if e.version == versions_of(e.design)[-1].version]
+    """The newest version of every design (the newest that is not quarantined, see resolve)."""
+    newest = {resolve(d).name for d in {e.design for e in all_entries()}}
+    return [e for e in all_entries() if e.name in newest]

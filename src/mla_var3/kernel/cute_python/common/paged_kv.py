@@ -71,3 +71,26 @@ def zero_tail_rows_named(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
         sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
     cute.arch.fence_proxy("async.shared", space="cta")
     cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
+
+
+@cute.jit
+def load_tile_pages(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars, block_table: cute.Tensor,
+                    bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32, stage: cutlass.Int32,
+                    n_chunks: cutlass.Constexpr[int], pages_per_tile: cutlass.Constexpr[int],
+                    page_size: cutlass.Constexpr[int], box_bytes: cutlass.Constexpr[int]):
+    """`load_tile_chunked` for caches whose pages are smaller than the 64-key tile: tile `tile` of
+    sequence `bidx` is pages_per_tile pages, each its own TMA box (page_size rows x 64 cols) at the
+    page id from the block table. Only pages that hold keys (< seqlen) are loaded and counted on
+    the chunk's mbarrier, so a block-table entry past the sequence is never read; the tile's rows
+    that were not loaded are past seqlen and get zeroed like a tail (zero_tail_rows*).
+    `src` is the cache partitioned in (page_size, 64) boxes, `dst` the smem ring in page boxes
+    indexed ((stage * n_chunks + chunk) * pages_per_tile + page). Called by one whole warp."""
+    first_page = tile * pages_per_tile
+    n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+    for c in cutlass.range_constexpr(n_chunks):
+        bar = bars + stage * n_chunks + c
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, box_bytes * n_pages)
+        for j in cutlass.range(n_pages, unroll=1):
+            cute.copy(tma, src[(None, (0, c, block_table[bidx, first_page + j]))],
+                      dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
