@@ -87,3 +87,25 @@ def test_launch_arguments_refuse_what_the_compiled_code_assumes():
     shifted = torch.zeros(4 * 16 + 1, dtype=torch.bfloat16)[1:].view(4, 16)     # 2 bytes past an aligned base
     with pytest.raises(InputError, match="a: expected a contiguous tensor whose data starts 16-byte aligned"):
         gemm_io.launch_arguments(shifted, b, c)
+
+
+@pytest.mark.parametrize("tiling", ["block_k=64,stages=3", "block_k=32,stages=4"])
+def test_gemm_v3_swizzled_ring_keeps_16_byte_vectors_aligned(tmp_path, capsys, monkeypatch, tiling):
+    """gemm_v3's shared-memory swizzle is attached to the pointer, so it acts on byte addresses:
+    it must move whole 16-byte units (Swizzle<3,4,3> / <2,4,3>). The element-unit spelling
+    (<3,3,3>) put half of the cp.async destinations and ldmatrix rows at 8 mod 16 (`misaligned
+    address` on the H200). The compiler only emits a 16-byte shared store for the ring's zero
+    fill when it can prove each 16-byte vector under the swizzle is 16-byte aligned: with the
+    wrong unit the fill came out as st.shared.v2 (8 bytes) and the swizzle mask as 56 (bits 3-5)."""
+    import re
+    from mla_var3.runtime import cute_kernel
+    monkeypatch.setenv(cute_kernel.LINE_INFO_ENV, "0")
+    assert main(["gemm_v3", "--dump=ptx", f"--tiling={tiling}", "--m=512", "--n=512", "--k=512",
+                 f"--records={tmp_path}"]) == 0
+    (out,) = (tmp_path / "dump" / "gemm_v3").iterdir()
+    ptx = (out / "main.ptx").read_text()
+    assert "st.shared.v4.b32" in ptx and "st.shared.v2" not in ptx
+    # the swizzle on an address x: shr.u32 t, x, 3; and.b32 u, t, MASK; xor.b32 y, u, x
+    swizzle = r"shr\.u32\s+(%r\d+), (%r\d+), 3;\s+and\.b32\s+(%r\d+), \1, (\d+);\s+xor\.b32\s+%r\d+, \3, \2;"
+    masks = {int(m[3]) for m in re.findall(swizzle, ptx)}
+    assert masks and all(m % 16 == 0 for m in masks), masks
