@@ -87,3 +87,48 @@ def test_launch_arguments_refuse_what_the_compiled_code_assumes():
     shifted = torch.zeros(4 * 16 + 1, dtype=torch.bfloat16)[1:].view(4, 16)     # 2 bytes past an aligned base
     with pytest.raises(InputError, match="a: expected a contiguous tensor whose data starts 16-byte aligned"):
         gemm_io.launch_arguments(shifted, b, c)
+
+
+
+def _ptx(name, tiling_kw, dtype="bf16"):
+    """The sm_90a PTX of one GEMM version at one tiling (compiled on the CPU, no GPU)."""
+    from mla_var3.cli import dump
+    from mla_var3.runtime import artifacts
+    plan = registry.get_plan(name)
+    problem = GemmProblem(m=512, n=512, k=512, dtype=dtype)
+    tiling = plan.Tiling(**tiling_kw)
+    plan.check_tiling(tiling, problem, None)
+    (stage,) = dump.runtime_stages(plan, problem, tiling)
+    return artifacts.stage_artifacts(stage, "sm_90a").files["ptx"].decode()
+
+
+@pytest.mark.parametrize("tiling", [dict(block_k=64, stages=3), dict(block_k=32, stages=4)], ids=["bk64", "bk32"])
+def test_gemm_v3_swizzled_ring_keeps_16_byte_vectors_aligned(tiling):
+    """gemm_v3's shared-memory swizzle is attached to the pointer, so it acts on byte addresses:
+    it must move whole 16-byte units (Swizzle<3,4,3> / <2,4,3>). The element-unit spelling
+    (<3,3,3>) put half of the cp.async destinations and ldmatrix rows at 8 mod 16 (`misaligned
+    address` on the H200). The compiler only emits a 16-byte shared store for the ring's zero
+    fill when it can prove each 16-byte vector under the swizzle is 16-byte aligned: with the
+    wrong unit the fill came out as st.shared.v2 (8 bytes) and the swizzle mask as 56 (bits 3-5)."""
+    import re
+    ptx = _ptx("gemm_v3", tiling)
+    assert "st.shared.v4.b32" in ptx and "st.shared.v2" not in ptx
+    # the swizzle on an address x: shr.u32 t, x, 3; and.b32 u, t, MASK; xor.b32 y, u, x
+    swizzle = r"shr\.u32\s+(%r\d+), (%r\d+), 3;\s+and\.b32\s+(%r\d+), \1, (\d+);\s+xor\.b32\s+%r\d+, \3, \2;"
+    masks = {int(m[3]) for m in re.findall(swizzle, ptx)}
+    assert masks and all(m % 16 == 0 for m in masks), masks
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("tiling", [{}, dict(block_n=128, stages=6, epi_n=64), dict(consumer_wgs=1, stages=5, epi_bufs=4)],
+                         ids=["default", "bn128", "one_wg"])
+def test_gemm_v5_compiles_persistent_with_a_tma_store_epilogue(tiling, dtype):
+    """gemm_v5 on sm_90a: TMA loads into the ring, stmatrix into the epilogue buffers, a TMA
+    store per subtile with the bulk-group wait that guards buffer reuse, setmaxnreg kept, and a
+    loop over tiles (the grid is at most `ctas`)."""
+    ptx = _ptx("gemm_v5", tiling, dtype)
+    assert "cp.async.bulk.tensor.2d.shared::cta.global" in ptx                # TMA loads
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx                # TMA store
+    assert "stmatrix.sync.aligned" in ptx and "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.bulk.wait_group.read" in ptx and "setmaxnreg.inc" in ptx
+    assert "nctaid.x" in ptx                                                    # the persistent stride

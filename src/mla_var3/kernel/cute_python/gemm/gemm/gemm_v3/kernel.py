@@ -11,15 +11,26 @@ What changed from gemm_v2, and why
   cores: `MmaF16BF16Op` (mma.sync.m16n8k16, 16-bit inputs, float32 accumulate), 4096 FMAs per
   warp instruction. The float32 FMA ceiling of v2 (~60 TFLOP/s) no longer applies.
 - Operands stay 16-bit in shared memory (the MMA reads them as they are) in K-major tiles whose
-  8-row x block_k atoms are XOR-swizzled (Swizzle<3,3,3> for 64-wide rows, <2,3,3> for 32), so
-  both the 16-byte cp.async stores and the ldmatrix reads (8 rows x 16 bytes per matrix) hit 8
-  different bank groups: no bank conflicts, no padding.
+  8-row x block_k atoms are XOR-swizzled in 16-byte units (the pointer swizzle acts on byte
+  addresses: Swizzle<3,4,3> for 128-byte rows, <2,4,3> for 64-byte rows), so both the 16-byte
+  cp.async stores and the ldmatrix reads (8 rows x 16 bytes per matrix) hit 8 different bank
+  groups: no bank conflicts, no padding.
 - Registers are filled with `ldmatrix.x4` (one instruction loads four 8x8 matrices in the exact
   fragment layout mma.sync wants), instead of scalar shared loads.
 - Global -> shared uses cp.async (16 bytes per thread per instruction, bypassing registers) into
   a ring of `stages` buffers: while the warps compute on tile t, tiles t+1 .. t+stages-1 are in
   flight. One commit group per tile; `cp.async.wait_group(stages - 2)` + a block barrier
   before a tile is read.
+
+Fix before measuring (misaligned address on every shape): the first version attached the
+element-unit Swizzle<3,3,3> (<2,3,3> for block_k 32) to the shared-memory pointer, where CuTe
+DSL applies it to byte addresses: it XORed byte bits 3-5 with bits 6-8, i.e. it swizzled 8-byte
+units, and every 16-byte vector in columns 32..63 of a 64-wide row (odd rows for 32-wide) landed
+at 8 mod 16 - the cp.async destinations of threads with tid % 8 >= 4 in the first prologue
+copy, and the ldmatrix rows of k16 steps 2 and 3. Every CTA of every shape faulted with `CUDA
+error: misaligned address` (the H200 run after the m = 1 fix). The tell in the compiled code:
+the ring's zero fill came out as 8-byte `st.shared.v2` and the swizzle mask as 56 (bits 3-5);
+now `st.shared.v4` and 112 (bits 4-6), checked by a CPU test. Not yet re-run on the GPU.
 
 Tiling (defaults): block 128 x 128 x 64, 4 warps (128 threads) as 2 x 2, each warp a 64 x 64
 tile of C = 4 x 8 mma.sync per k16 step; 128 float32 accumulators per thread; 3 stages
@@ -81,9 +92,18 @@ class GemmV3Kernel:
 
     # ---------------------------------------------------------------- host side
     def _smem_layout(self, rows: int):
-        """K-major (rows, block_k, stages), built from 8 x block_k swizzled atoms."""
+        """K-major (rows, block_k, stages), built from 8 x block_k swizzled atoms.
+
+        The swizzle is handed to `get_tensor(outer, swizzle=inner)`, which attaches it to the
+        shared-memory pointer: it then acts on BYTE addresses, not element offsets (as the
+        CUTLASS DSL Ampere example notes, the base bits of a pointer swizzle are in bytes). So
+        the unit is 16 bytes (base 4) and the 8 16-byte chunks of a 128-byte row (or 4 of a
+        64-byte row) are XORed with the row index within the 8-row atom (shift 3):
+        Swizzle<3,4,3> / <2,4,3>. The element-unit spelling Swizzle<3,3,3> / <2,3,3> on the
+        pointer swizzles 8-byte units and puts half of all 16-byte cp.async destinations and
+        ldmatrix row addresses at 8 mod 16 (the `misaligned address` of the first GPU runs)."""
         bits = 3 if self.block_k == 64 else 2              # 128-byte or 64-byte rows
-        atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0,
+        atom = cute.make_composed_layout(cute.make_swizzle(bits, 4, 3), 0,
                                          cute.make_layout((8, self.block_k), stride=(self.block_k, 1)))
         return cute.tile_to_shape(atom, (rows, self.block_k, self.stages), (0, 1, 2))
 
@@ -108,8 +128,8 @@ class GemmV3Kernel:
 
         @cute.struct
         class Storage:
-            sA: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sA_l)], 128]
-            sB: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sB_l)], 128]
+            sA: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sA_l)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sB_l)], 1024]
 
         self.storage = Storage
         grid = ((m + self.block_m - 1) // self.block_m, (n + self.block_n - 1) // self.block_n, 1)
