@@ -126,8 +126,11 @@ def cmd_timeline(names, problems, args, kind) -> int:
                           "--prof_type=timeline --compile-only compiles it")
     import torch
 
-    from mla_var3.cli.kernel import user_tiling
-    tiling = user_tiling(args, plan, names) or profile.choose_tiling(plan, problem)
+    if args.tiling:
+        from mla_var3.cli.tiling import parse_tiling
+        tiling = parse_tiling(plan, args.tiling)
+    else:
+        tiling = profile.choose_tiling(plan, problem)
     t0 = time.perf_counter()
     res = measure_timer()
     print(timeline.format_resolution(res))
