@@ -257,3 +257,19 @@ def test_timeline_compile_only_shows_the_timer_reads(capsys):
     out = capsys.readouterr().out
     assert "flash_mla_decode_v4 split [timeline]:" in out and "timer reads: SR_CLOCKLO" in out
     assert "flash_mla_decode_v4 combine:" in out and "timer reads: none" in out
+
+
+@pytest.mark.gpu
+def test_timeline_run_on_the_gpu(tmp_path, capsys):
+    """The whole --prof_type=timeline run on a small problem: probe, instrumented outputs correct,
+    a valid trace with both warpgroups' QK^T and P V phases."""
+    assert main(["flash_mla_decode_v4", "--prof_type=timeline", "--b=2", "--h_q=16", "--seqlen=700",
+                 f"--records={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "globaltimer: tick" in out and "instrumented outputs match the reference" in out
+    (d,) = (tmp_path / "timeline" / "flash_mla_decode_v4").iterdir()
+    trace = json.loads((d / "trace.json").read_text())
+    timeline.validate_trace(trace)
+    spans = {(e["name"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {("QK^T", 0), ("QK^T", 2), ("P_A V_A", 0), ("P_A V_A", 2)} <= spans
+    assert (d / "timeline.png").exists() and (d / "timeline.npz").exists()

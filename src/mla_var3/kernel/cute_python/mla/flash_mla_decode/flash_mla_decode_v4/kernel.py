@@ -56,6 +56,12 @@ Correctness rules (see layers/mla/decode.py)
   lse = (m + log2 l) * ln 2 (natural log).
 - Rows past s_q*h_q are computed on zero Q rows and never written.
 
+Timeline (--prof_type=timeline): `__call__` takes an optional int64 buffer after the stream; with
+it (FlashMlaDecodeKernel(timeline=True), its own compile-cache entry) warps 0 and 4 stamp clock64 at
+the phase boundaries named in timeline_events.py (`tln.mark(rec, ...)` lines below). Without it
+those lines emit nothing: the plain build's SASS is the code it was before they were added
+(tests/test_timeline.py).
+
 Constraints: bf16 q and cache, page size 64, head dims 576/512, h_kv = 1, 1 <= h_q <= 128,
 1 <= s_q <= 16, num_threads = 256, block_n = 64 (= page size), chunk >= 1 tiles. Checked in
 `__init__` and `launch_arguments`.
