@@ -9,7 +9,9 @@
     <name> --dump=ptx,cubin,sass,mlir|all        compiler output + one summary line per stage (no GPU)
     --lineinfo                                   CuTe DSL builds with line info (dump, ncu, benchmarks)
     --json=PATH  --records=DIR (default runs/)  --devlog [--docs-dir DIR]
-    --prof_type=disabled|annotation|ncu|sanitize
+    --prof_type=disabled|annotation|ncu|sanitize|timeline
+    --prof_type=ncu --ncu-set=detail [--ncu-rep]  stall reasons, scheduler, bank conflicts, sectors; keep the .ncu-rep
+    --prof_type=timeline [--timeline-ctas=4]     in-kernel phase timeline (CuTe DSL) -> Chrome trace JSON + PNG
 The dimension flags (--b, --h_q, ...) are those of the kernel's problem kind.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from mla_var3.cli.common import write_json
 from mla_var3.errors import DeviceError, UsageError, guarded
 
-PROF_TYPES = ("disabled", "annotation", "ncu", "sanitize")
+PROF_TYPES = ("disabled", "annotation", "ncu", "sanitize", "timeline")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +58,17 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                     help="where the docs live (default: docs/ of the current git checkout)")
     ap.add_argument("--prof_type", choices=PROF_TYPES, default="disabled",
                     help="annotation: NVTX ranges kernel:config:phase; ncu: metrics per launched kernel; "
-                         "sanitize: compute-sanitizer memcheck + racecheck on a small problem")
+                         "sanitize: compute-sanitizer memcheck + racecheck on a small problem; "
+                         "timeline: an instrumented build records phase timestamps (CuTe DSL)")
+    ap.add_argument("--ncu-set", dest="ncu_set", choices=("basic", "detail"),
+                    help="with --prof_type=ncu: basic (default) or detail (+ warp stall reasons, eligible/issued "
+                         "warps per scheduler, issue slots, smem bank conflicts, L2/DRAM sectors)")
+    ap.add_argument("--ncu-rep", dest="ncu_rep", action="store_true",
+                    help="with --prof_type=ncu: also record an ncu report (--set full) under <records>/ncu/ for the GUI")
+    ap.add_argument("--timeline-ctas", dest="timeline_ctas", type=int,
+                    help="with --prof_type=timeline: CTAs drawn in the trace and picture (default 4, the longest)")
+    ap.add_argument("--timeline-max-ctas", dest="timeline_max_ctas", type=int,
+                    help="with --prof_type=timeline: CTAs that record at all (default 1024; CTA id < this)")
     ap.add_argument("--prof_inner", choices=("ncu", "sanitize"), help=argparse.SUPPRESS)
     ap.add_argument("--problem_json", help=argparse.SUPPRESS)       # the inner profiling run's problem
     ap.add_argument("--tool-log", dest="tool_log", help="append ncu's / compute-sanitizer's raw output here")
@@ -291,6 +303,16 @@ def check_flags(args) -> None:
         raise UsageError(f"--seed: expected 0..{MAX_SEED}, got {args.seed}")
     if not 0 < args.rep_ms <= 60_000:
         raise UsageError(f"--rep_ms: expected a timing budget in (0, 60000] ms, got {args.rep_ms:g}")
+    for flag, value, prof in (("--ncu-set", args.ncu_set, "ncu"), ("--ncu-rep", args.ncu_rep or None, "ncu"),
+                              ("--timeline-ctas", args.timeline_ctas, "timeline"),
+                              ("--timeline-max-ctas", args.timeline_max_ctas, "timeline")):
+        if value is not None and args.prof_type != prof and args.prof_inner is None:
+            raise UsageError(f"{flag}: only with --prof_type={prof} (got --prof_type={args.prof_type})")
+    args.ncu_set = args.ncu_set or "basic"
+    args.timeline_ctas = 4 if args.timeline_ctas is None else args.timeline_ctas
+    args.timeline_max_ctas = 1024 if args.timeline_max_ctas is None else args.timeline_max_ctas
+    if args.timeline_max_ctas < 1:
+        raise UsageError(f"--timeline-max-ctas: expected >= 1, got {args.timeline_max_ctas}")
 
 
 def run(argv: list[str]) -> int:
@@ -312,6 +334,9 @@ def run(argv: list[str]) -> int:
     if args.dump is not None:
         from mla_var3.cli import dump
         return dump.cmd_dump(names, problems, args, kind)
+    if args.prof_type == "timeline":
+        from mla_var3.cli import timeline
+        return timeline.cmd_timeline(names, problems, args, kind)
     docs = None
     if args.devlog:                       # where it goes is checked before any work
         from mla_var3.cli import devlog

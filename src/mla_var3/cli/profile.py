@@ -73,10 +73,21 @@ def save_tool_log(args, text: str) -> None:
             f.write(text)
 
 
+def report_path(records_dir: str, name: str, problem) -> str:
+    """Where --ncu-rep records the report (ncu adds .ncu-rep)."""
+    import re
+    from pathlib import Path
+    folder = Path(records_dir) / "ncu"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f"{name}_{re.sub(r'[^A-Za-z0-9_.,=+-]', '_', problem.key())}")
+
+
 def cmd_ncu(names, problems, args, kind) -> int:
+    from mla_var3.cli import ncu_view
     from mla_var3.runtime import records, registry
-    profiling.find_tool("ncu")                  # a missing tool is said before any work
+    ncu = profiling.find_tool("ncu")            # a missing tool is said before any work
     problem = (problems or [kind.default_problem()])[0]
+    detail = getattr(args, "ncu_set", "basic") == "detail"
     table, recs, rc = [], [], 0
     for name in names:
         plan = registry.get_plan(name)
@@ -84,23 +95,41 @@ def cmd_ncu(names, problems, args, kind) -> int:
         prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
         inner = inner_argv(name, problem, "ncu", args.seed)
         t0 = time.perf_counter()
-        code, text = _run_tool(profiling.ncu_command(inner, prefix))
+        code, text = _run_tool(profiling.ncu_command(inner, prefix, detail=detail))
         rows = profiling.summarize_launches(profiling.parse_ncu_csv(text))
         if code != 0 or not rows:
             rc = 1
             tail = "\n".join(text.strip().splitlines()[-8:])
             print(f"{name}: ncu {'failed (rc=%d)' % code if code else 'profiled no kernel'}:\n{tail}", file=sys.stderr)
         save_tool_log(args, text)           # the raw output, e.g. for the parser's test fixture
-        if "--lineinfo" in inner:           # the source view needs a report, not the CSV
+        report = None
+        if getattr(args, "ncu_rep", False):     # a second run, recorded for the GUI (--set full)
+            report = report_path(args.records, name, problem)
+            rcode, rtext = _run_tool(profiling.ncu_report_command(inner, prefix, report, tool=ncu))
+            if rcode != 0:
+                rc = 1
+                print(f"{name}: ncu report failed (rc={rcode}):\n" + "\n".join(rtext.strip().splitlines()[-6:]),
+                      file=sys.stderr)
+            else:
+                report += ".ncu-rep"
+                print(f"{name}: ncu report {report} (ncu-ui; source view needs --lineinfo)")
+        elif "--lineinfo" in inner:         # the source view needs a report, not the CSV
             cmd = profiling.ncu_report_command(inner, prefix, f"{name}_lineinfo")
             print(f"{name}: for ncu's source view (SASS <-> Python lines):\n  " + shlex.join(cmd))
         for r in rows:
             table.append({"version": name, **r})
+        extra = {"ncu_set": "detail"} if detail else {}
+        if report:
+            extra["ncu_report"] = report
         rec = records.make_record("profile", plan, tiling, problem, prof_type="ncu", rows=rows,
-                                  wall_s=time.perf_counter() - t0, tool_rc=code)
+                                  wall_s=time.perf_counter() - t0, tool_rc=code, **extra)
         records.append(rec, args.records)
         recs.append(rec)
     print(format_ncu_table(table, problem))
+    if detail:
+        print("\n" + ncu_view.format_detail(table))
+    if len(names) > 1:
+        print("\n" + ncu_view.format_diff(table, names))
     write_json(args.json, recs)
     return rc
 

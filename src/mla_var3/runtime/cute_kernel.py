@@ -63,6 +63,7 @@ class CompileKey:
     static: tuple
     arch: str
     options: str
+    variant: str = ""    # e.g. "timeline": an instrumented build, never sharing an entry with the plain one
 
 
 _CACHE: dict[CompileKey, Any] = {}
@@ -83,10 +84,11 @@ class CuteKernel(Stage):
 
     def __init__(self, *, kernel: str, build: Callable[[], Any], fake_args: Callable[[Any], tuple],
                  launch_args: Callable[..., tuple], dtypes: tuple, static: tuple, tiling_key: str = "default",
-                 stage: str = "main", arch: str = DEFAULT_ARCH, options: str = DEFAULT_OPTIONS):
+                 stage: str = "main", arch: str = DEFAULT_ARCH, options: str = DEFAULT_OPTIONS,
+                 variant: str = ""):
         self.name, self.build, self.fake_args, self.launch_args = stage, build, fake_args, launch_args
         self.key = CompileKey(kernel=kernel, stage=stage, tiling=tiling_key, dtypes=tuple(str(d) for d in dtypes),
-                              static=tuple(static), arch=arch, options=with_line_info(options))
+                              static=tuple(static), arch=arch, options=with_line_info(options), variant=variant)
 
     def compile(self):
         fn = _CACHE.get(self.key)
@@ -104,4 +106,5 @@ class CuteKernel(Stage):
         self.compile()(*self.launch_args(*args))
 
     def describe(self) -> dict:
-        return {**super().describe(), "arch": self.key.arch, "options": self.key.options}
+        extra = {"variant": self.key.variant} if self.key.variant else {}
+        return {**super().describe(), "arch": self.key.arch, "options": self.key.options, **extra}

@@ -4,7 +4,9 @@
   (phases compile, warmup, timed, check, profile; `:` not `/`, which ncu's NVTX filter reads
   as syntax), through the `nvtx` package or, when it is missing, torch.cuda.nvtx.
 - ncu: the CLI re-runs itself under `ncu --clock-control none` (clocks are never locked or
-  changed) on a few plain launches (no CUDA graph) and parses the CSV into one row per kernel.
+  changed) on a few plain launches (no CUDA graph) and parses the CSV into one row per kernel;
+  `detail` adds the warp-state metrics (stall reasons per issued instruction, eligible and
+  issued warps per scheduler, issue slots), shared-memory bank conflicts and L2/DRAM sectors.
 - sanitize: one small problem under compute-sanitizer memcheck and racecheck.
 """
 from __future__ import annotations
@@ -92,6 +94,29 @@ NCU_METRICS = {
 }
 DEFAULT_LAUNCHES = 3
 
+# --ncu-set=detail: column -> (metric, conversion). Names as ncu's own sections use them (the
+# WarpStateStats / SchedulerStats / MemoryWorkloadAnalysis sections on sm_90).
+NCU_DETAIL_METRICS = {
+    "warp_cycles_per_issue": ("smsp__average_warp_latency_per_inst_issued.ratio", None),
+    "active_warps_per_sched": ("smsp__warps_active.avg.per_cycle_active", None),
+    "eligible_warps_per_sched": ("smsp__warps_eligible.avg.per_cycle_active", None),
+    "issued_warps_per_sched": ("smsp__issue_active.avg.per_cycle_active", None),
+    "issue_slots_pct": ("smsp__issue_active.avg.pct_of_peak_sustained_active", None),
+    # LSU shared-memory traffic only (LDS/STS); wgmma's and TMA's shared-memory accesses are not in it
+    "smem_conflicts_ld": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", None),
+    "smem_conflicts_st": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", None),
+    "l2_sectors_read_tex": ("lts__t_sectors_srcunit_tex_op_read.sum", None),   # reads from the SMs' L1/TEX
+    "l2_sectors_read": ("lts__t_sectors_op_read.sum", None),                   # all L2 read sectors
+    "dram_sectors_read": ("dram__sectors_read.sum", None),
+    "dram_sectors_write": ("dram__sectors_write.sum", None),
+}
+# one metric per stall reason: average warps stalled for that reason per issued instruction
+# (cycles / instruction; the reasons sum to about warp_cycles_per_issue)
+STALL_METRICS_REGEX = r"smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL_COLUMN = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+NOT_A_STALL = ("selected",)       # the warp issued: not a stall
+TOP_STALLS = 5
+
 
 def find_tool(name: str) -> str:
     path = shutil.which(name)
@@ -103,9 +128,19 @@ def find_tool(name: str) -> str:
     return path
 
 
-def ncu_command(inner_argv: list[str], range_prefix: str, launches: int = DEFAULT_LAUNCHES) -> list[str]:
+def ncu_metrics(detail: bool = False) -> str:
+    """The --metrics argument: the basic table's metrics, plus the detail ones and the stall
+    reasons (an ncu `regex:` entry, so every reason this ncu knows for the GPU comes back)."""
+    names = [m for m, _ in NCU_METRICS.values()]
+    if detail:
+        names += [m for m, _ in NCU_DETAIL_METRICS.values()] + [f"regex:{STALL_METRICS_REGEX}"]
+    return ",".join(names)
+
+
+def ncu_command(inner_argv: list[str], range_prefix: str, launches: int = DEFAULT_LAUNCHES,
+                detail: bool = False) -> list[str]:
     """ncu over the inner run, profiling the kernels launched inside its `:profile` NVTX range."""
-    metrics = ",".join(m for m, _ in NCU_METRICS.values())
+    metrics = ncu_metrics(detail)
     return [find_tool("ncu"), "--clock-control", "none", "--target-processes", "all",
             "--nvtx", "--nvtx-include", f"{range_prefix}:profile/",
             "--launch-count", str(200 * launches), "--csv", "--page", "raw", "--print-units", "base",
@@ -113,11 +148,12 @@ def ncu_command(inner_argv: list[str], range_prefix: str, launches: int = DEFAUL
             sys.executable, "-m", "mla_var3.kernel", *inner_argv]
 
 
-def ncu_report_command(inner_argv: list[str], range_prefix: str, report: str) -> list[str]:
-    """The same run recorded as an ncu report with the source imported: with a line-info build
-    (--lineinfo), ncu's source view maps each SASS instruction back to its Python line."""
-    return ["ncu", "--clock-control", "none", "--target-processes", "all", "--set", "full",
-            "--import-source", "yes", "--nvtx", "--nvtx-include", f"{range_prefix}:profile/",
+def ncu_report_command(inner_argv: list[str], range_prefix: str, report: str, tool: str = "ncu") -> list[str]:
+    """The same run recorded as an ncu report (`<report>.ncu-rep`, --set full, overwritten) with
+    the source imported: with a line-info build (--lineinfo), ncu's source view maps each SASS
+    instruction back to its Python line."""
+    return [tool, "--clock-control", "none", "--target-processes", "all", "--set", "full",
+            "--import-source", "yes", "--nvtx", "--nvtx-include", f"{range_prefix}:profile/", "-f",
             "-o", report, sys.executable, "-m", "mla_var3.kernel", *inner_argv]
 
 
@@ -147,7 +183,9 @@ def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
 def parse_ncu_csv(text: str) -> list[dict]:
     """Rows of `ncu --csv --page raw` (header, units, one row per profiled launch; one such block
     per profiled process) -> one dict per launch with kernel_name and the NCU_METRICS columns; metrics ncu did not report are
-    None. ncu's log lines and the program's own output around the blocks are skipped."""
+    None. A block with detail metrics also gives the NCU_DETAIL_METRICS columns and `stalls`
+    ({reason: cycles per issued instruction}). ncu's log lines and the program's own output
+    around the blocks are skipped."""
     lines = text.splitlines()
     out = []
     for start in [i for i, line in enumerate(lines) if line.startswith('"ID"')]:
@@ -156,6 +194,8 @@ def parse_ncu_csv(text: str) -> list[dict]:
             end += 1
         reader = list(csv.reader(io.StringIO("\n".join(lines[start:end]))))
         header, rows = reader[0], reader[1:]
+        detail = any(m in header for m, _ in NCU_DETAIL_METRICS.values())
+        stall_cols = stall_columns(header)
         units = {}
         if rows and not rows[0][0].strip().isdigit():      # the units row
             units = dict(zip(header, rows[0]))
@@ -167,8 +207,34 @@ def parse_ncu_csv(text: str) -> list[dict]:
             parsed = {"kernel_name": rec.get("Kernel Name", "")}
             for col, (metric, conv) in NCU_METRICS.items():
                 parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
+            if detail:
+                for col, (metric, conv) in NCU_DETAIL_METRICS.items():
+                    parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
+            if stall_cols:
+                parsed["stalls"] = {reason: v for reason, col in stall_cols.items()
+                                    if (v := _to_float(rec.get(col, ""))) is not None}
             out.append(parsed)
     return out
+
+
+def stall_columns(header: list[str]) -> dict[str, str]:
+    """{reason: column} for the stall-reason metrics in a raw CSV header (not `selected`, which
+    is the issuing warp, nor ncu's `_not_issued` variants)."""
+    out = {}
+    for col in header:
+        m = _STALL_COLUMN.match(col.strip())
+        if m and m.group(1) not in NOT_A_STALL and not m.group(1).endswith("_not_issued"):
+            out[m.group(1)] = col
+    return out
+
+
+def top_stalls(stalls: dict[str, float] | None, n: int = TOP_STALLS) -> list[tuple[str, float, float]]:
+    """The `n` largest stall reasons: (reason, cycles per issued instruction, % of all stalls)."""
+    if not stalls:
+        return []
+    total = sum(v for v in stalls.values() if v > 0) or 1.0
+    ranked = sorted(((r, v) for r, v in stalls.items() if v > 0), key=lambda rv: -rv[1])[:n]
+    return [(r, v, 100.0 * v / total) for r, v in ranked]
 
 
 def summarize_launches(rows: list[dict]) -> list[dict]:
@@ -180,9 +246,13 @@ def summarize_launches(rows: list[dict]) -> list[dict]:
     out = []
     for name, rs in by_name.items():
         row = {"kernel_name": name, "launches": len(rs)}
-        for col in NCU_METRICS:
-            vals = [r[col] for r in rs if r[col] is not None]
+        for col in [*NCU_METRICS, *(NCU_DETAIL_METRICS if any(c in rs[0] for c in NCU_DETAIL_METRICS) else ())]:
+            vals = [r[col] for r in rs if r.get(col) is not None]
             row[col] = statistics.median(vals) if vals else None
+        if any("stalls" in r for r in rs):
+            reasons = dict.fromkeys(k for r in rs for k in r.get("stalls", {}))
+            row["stalls"] = {k: statistics.median([r["stalls"][k] for r in rs if k in r.get("stalls", {})])
+                             for k in reasons}
         out.append(row)
     return out
 

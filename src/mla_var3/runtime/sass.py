@@ -140,3 +140,29 @@ def format_summary(label: str, facts: dict) -> str:
     return (f"{label}: {num(facts.get('registers'))} regs, spills {num(facts.get('stack_bytes'))} B stack / "
             f"{num(facts.get('local_bytes'))} B local, smem {num(facts.get('smem_static_bytes'))} B static, "
             f"{facts.get('instructions', 0)} SASS" + (f": {mix}" if mix else ""))
+
+
+# ---- comparing builds ----------------------------------------------------------------------------
+
+_INSN_TEXT = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(.*?)\s*;")
+TIMER_REGISTERS = ("SR_CLOCKLO", "SR_CLOCKHI", "SR_GLOBALTIMERLO", "SR_GLOBALTIMERHI")
+
+
+def instructions(text: str) -> list[str]:
+    """The instruction text of a SASS listing, addresses and encodings left out, so listings of
+    the same code from nvdisasm and cuobjdump compare equal."""
+    return [m.group(1) for line in text.splitlines() if (m := _INSN_TEXT.match(line))]
+
+
+def fingerprint(text: str) -> dict:
+    """{"instructions": n, "sha256": hash of the instruction text}: equal for identical code."""
+    import hashlib
+    insns = instructions(text)
+    return {"instructions": len(insns), "sha256": hashlib.sha256("\n".join(insns).encode()).hexdigest()}
+
+
+def timer_reads(text: str) -> dict[str, int]:
+    """How many instructions read each timer register (clock64 -> CS2R SR_CLOCKLO, %globaltimer
+    -> SR_GLOBALTIMERLO/HI): none in a build without in-kernel timeline instrumentation."""
+    counts = Counter(reg for insn in instructions(text) for reg in TIMER_REGISTERS if re.search(rf"\b{reg}\b", insn))
+    return dict(counts)

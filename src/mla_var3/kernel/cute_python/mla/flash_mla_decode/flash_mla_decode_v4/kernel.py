@@ -56,6 +56,12 @@ Correctness rules (see layers/mla/decode.py)
   lse = (m + log2 l) * ln 2 (natural log).
 - Rows past s_q*h_q are computed on zero Q rows and never written.
 
+Timeline (--prof_type=timeline): `__call__` takes an optional int64 buffer after the stream; with
+it (FlashMlaDecodeKernel(timeline=True), its own compile-cache entry) warps 0 and 4 stamp clock64 at
+the phase boundaries named in timeline_events.py (`tln.mark(rec, ...)` lines below). Without it
+those lines emit nothing: the plain build's SASS is the code it was before they were added
+(tests/test_timeline.py).
+
 Constraints: bf16 q and cache, page size 64, head dims 576/512, h_kv = 1, 1 <= h_q <= 128,
 1 <= s_q <= 16, num_threads = 256, block_n = 64 (= page size), chunk >= 1 tiles. Checked in
 `__init__` and `launch_arguments`.
@@ -76,6 +82,9 @@ from mla_var3.kernel.cute_python.common.online_softmax import exp_against_new_ma
 from mla_var3.kernel.cute_python.common.paged_kv import expect_tile, load_tile_chunked, zero_tail_rows_named
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
+from mla_var3.kernel.cute_python.common import timeline as tln
+
+from .timeline_events import SCHEMA as TIMELINE
 
 D_QK = 576          # 512 latent + 64 rope
 D_V = 512           # values: the first 512 columns of the same cache rows
@@ -101,7 +110,8 @@ def n_split_slots(max_blocks: int, chunk: int) -> int:
 class FlashMlaDecodeKernel:
     """Split kernel of flash_mla_decode_v4 (constexpr config; see the module docstring)."""
 
-    def __init__(self, s_q: int, h_q: int, chunk: int, block_n: int = 64, num_threads: int = 256):
+    def __init__(self, s_q: int, h_q: int, chunk: int, block_n: int = 64, num_threads: int = 256,
+                 timeline: bool = False):
         if not 1 <= h_q <= 128:
             raise ValueError(f"h_q: expected 1..128, got {h_q}")
         if not 1 <= s_q <= 16:
@@ -118,12 +128,16 @@ class FlashMlaDecodeKernel:
         self.block_n = block_n
         self.num_threads = num_threads
         self.n_row_blocks = -(-self.rows // BLOCK_M)
+        self.timeline = timeline                     # instrumented build: __call__ takes the timeline buffer
 
     # ---------------------------------------------------------------- host side
     @cute.jit
     def __call__(self, q: cute.Tensor, kv: cute.Tensor, block_table: cute.Tensor,
                  seqlens: cute.Tensor, out: cute.Tensor, lse: cute.Tensor, o_part: cute.Tensor,
-                 lse_part: cute.Tensor, softmax_scale: cutlass.Float32, stream):
+                 lse_part: cute.Tensor, softmax_scale: cutlass.Float32, stream, timeline: cute.Tensor = None):
+        # timeline: the instrumented build's int64 buffer [ctas, 2, TIMELINE.n_slots] (see
+        # common/timeline.py); None in the plain build, whose kernel then never sees the parameter
+        assert (timeline is not None) == self.timeline, "the timeline buffer goes with timeline=True only"
         # q (b, rows, 576) -> (rows, 576, b) and kv (pages, 64, 576) -> (64, 576, pages): the
         # TMA tiler is 2-D (64, 64), so batch / page become plain coordinates of the rest mode.
         q_t = cute.make_tensor(q.iterator, cute.select(q.layout, mode=[1, 2, 0]))
@@ -172,7 +186,8 @@ class FlashMlaDecodeKernel:
         n_slots = cute.ceil_div(block_table.shape[1], self.chunk)
         self.flash_mla_decode_v4_kernel(
             tma_q, q_tma, tma_k, kv_tma, block_table, seqlens, out, lse, o_part, lse_part,
-            softmax_scale * LOG2_E, mma_qk, mma_pv, sQ_l, sK_l, sV_outer).launch(
+            softmax_scale * LOG2_E, mma_qk, mma_pv, sQ_l, sK_l, sV_outer,
+            *(() if timeline is None else (timeline,))).launch(
             grid=(self.n_row_blocks, n_slots, q.shape[0]), block=(self.num_threads, 1, 1), stream=stream)
 
     # ---------------------------------------------------------------- device side
@@ -182,7 +197,8 @@ class FlashMlaDecodeKernel:
                                    out: cute.Tensor, lse: cute.Tensor, o_part: cute.Tensor,
                                    lse_part: cute.Tensor, scale_log2: cutlass.Float32,
                                    mma_qk: cute.TiledMma, mma_pv: cute.TiledMma,
-                                   sQ_l: cute.ComposedLayout, sK_l: cute.ComposedLayout, sV_outer: cute.Layout):
+                                   sQ_l: cute.ComposedLayout, sK_l: cute.ComposedLayout, sV_outer: cute.Layout,
+                                   tl: cute.Tensor = None):
         tidx, _, _ = cute.arch.thread_idx()
         rb, split, bidx = cute.arch.block_idx()      # row block, split, sequence
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -211,6 +227,8 @@ class FlashMlaDecodeKernel:
                     cute.arch.mbarrier_init(empty + s, 4 * NUM_WG)      # one arrival per math warp
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
+        rec = tln.Recorder.make(tl, TIMELINE, warp_idx)   # tl None: every tln call below emits nothing
+        tln.start(rec)
 
         # ---- the split schedule, from the length on the device
         seqlen = seqlens[bidx]
@@ -233,6 +251,7 @@ class FlashMlaDecodeKernel:
                     if t_begin + s < t_end:
                         load_tile_chunked(tma_k, tKgK, tKsK, full, block_table[bidx, t_begin + s],
                                           s * N_CHUNKS, N_CHUNKS, self.chunk_bytes)
+                tln.mark(rec, "kv_issued")
 
             # ---- per-thread fragments: warpgroup wg scores the tiles of stage wg
             thr_qk = mma_qk.get_slice(ltid)
@@ -268,6 +287,7 @@ class FlashMlaDecodeKernel:
                 row_lim[r] = cutlass.min(seqlen - (self.s_q - 1) + grow // self.h_q, seqlen)
 
             cute.arch.mbarrier_wait(q_bar, 0)
+            tln.mark(rec, "q_landed")
             tail = seqlen - (n_tiles - 1) * PAGE          # valid rows of the last tile (1..64)
             n_pairs = (t_end - t_begin + 1) // 2
 
@@ -281,6 +301,7 @@ class FlashMlaDecodeKernel:
 
                 # ---- S = Q K^T over this warpgroup's whole tile, box by box as they land
                 if mine:
+                    tln.mark(rec, "qk_start", p)
                     if t_own == n_tiles - 1:
                         if tail < PAGE:
                             for c in cutlass.range_constexpr(N_CHUNKS):
@@ -290,12 +311,16 @@ class FlashMlaDecodeKernel:
                     warpgroup.fence()
                     for c in cutlass.range_constexpr(N_CHUNKS):
                         cute.arch.mbarrier_wait(full + wg * N_CHUNKS + c, phase)
+                        tln.mark(rec, f"box{c}", p)
                         for kb in cutlass.range_constexpr(BOX // 16):
                             cute.gemm(mma_qk, acc_s, tSrQ[(None, None, kb, c)],
                                       tSrK[(None, None, kb, wg * N_CHUNKS + c)], acc_s)
                     warpgroup.commit_group()
+                    tln.mark(rec, "qk_issued", p)
                     warpgroup.wait_group(0)
+                    tln.mark(rec, "qk_end", p)
                     scale_mask_rowmax(s_rc, c_rc, row_lim, t_own * PAGE, scale_log2, tile_max)
+                    tln.mark(rec, "rowmax_end", p)
                 else:
                     acc_s.fill(-F32.inf)
                     tile_max.fill(-F32.inf)
@@ -310,22 +335,28 @@ class FlashMlaDecodeKernel:
                         if ltid % 4 == 0:
                             x_max[c_rc[r, 0][0], 0] = row_max[r]
                             x_scale[c_rc[r, 0][0], 0] = scale[r]
+                    tln.mark(rec, "softmax_end", p)
                     cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.barrier_arrive(barrier_id=BAR_A, number_of_threads=256)
                     cute.arch.barrier(barrier_id=BAR_OWN, number_of_threads=128)
+                    tln.mark(rec, "own_sync", p)
                     scale_rows(o_rc, scale)
                     warpgroup.fence()
                     for kb in cutlass.range_constexpr(PAGE // 16):
                         cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                     warpgroup.commit_group()
+                    tln.mark(rec, "pv_a_issued", p)
 
                     # ---- tile B's statistics from WG1: O_L = O_L s_B + P_B V_B[:, :256]
+                    tln.mark(rec, "wait_peer_start", p)
                     cute.arch.barrier(barrier_id=BAR_B, number_of_threads=256)
+                    tln.mark(rec, "wait_peer_end", p)
                     for r in cutlass.range_constexpr(n_rows):
                         scale[r] = x_scale[c_rc[r, 0][0], 1]
                         row_max[r] = x_max[c_rc[r, 0][0], 1]
                         row_sum[r] = row_sum[r] * scale[r]
                     warpgroup.wait_group(0)
+                    tln.mark(rec, "pv_a_end", p)
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive(empty)                 # this warp is done with stage 0
                     scale_rows(o_rc, scale)
@@ -335,19 +366,26 @@ class FlashMlaDecodeKernel:
                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                       tOrV[(None, None, kb, 1)], acc_o)
                         warpgroup.commit_group()
+                        tln.mark(rec, "pv_b_issued", p)
                     # refill stage 0 with the tile two ahead once both warpgroups are done with it
                     if warp_idx == 0:
                         if t_own + STAGES < t_end:
+                            tln.mark(rec, "refill_wait_start", p)
                             cute.arch.mbarrier_wait(empty, phase)
+                            tln.mark(rec, "refill_wait_end", p)
                             load_tile_chunked(tma_k, tKgK, tKsK, full, block_table[bidx, t_own + STAGES],
                                               0, N_CHUNKS, self.chunk_bytes)
+                            tln.mark(rec, "tma_issued", p)
                     warpgroup.wait_group(0)
+                    tln.mark(rec, "pv_b_end", p)
                     if has_b:
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_arrive(empty + 1)
                 else:
                     # ---- tile A's statistics from WG0: O_R = O_R s_A + P_A V_A[:, 256:] (async)
+                    tln.mark(rec, "wait_peer_start", p)
                     cute.arch.barrier(barrier_id=BAR_A, number_of_threads=256)
+                    tln.mark(rec, "wait_peer_end", p)
                     for r in cutlass.range_constexpr(n_rows):
                         scale[r] = x_scale[c_rc[r, 0][0], 0]
                         row_max[r] = x_max[c_rc[r, 0][0], 0]
@@ -357,6 +395,7 @@ class FlashMlaDecodeKernel:
                     for kb in cutlass.range_constexpr(PAGE // 16):
                         cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                     warpgroup.commit_group()
+                    tln.mark(rec, "pv_a_issued", p)
 
                     # ---- meanwhile tile B: new max over m_A, P_B, publish
                     exp_against_new_max(s_rc, row_max, row_sum, tile_max, scale)
@@ -368,12 +407,15 @@ class FlashMlaDecodeKernel:
                         if ltid % 4 == 0:
                             x_max[c_rc[r, 0][0], 1] = row_max[r]
                             x_scale[c_rc[r, 0][0], 1] = scale[r]
+                    tln.mark(rec, "softmax_end", p)
                     cute.arch.fence_proxy("async.shared", space="cta")
                     cute.arch.barrier_arrive(barrier_id=BAR_B, number_of_threads=256)
                     cute.arch.barrier(barrier_id=BAR_OWN + 1, number_of_threads=128)
+                    tln.mark(rec, "own_sync", p)
 
                     # ---- O_R = O_R s_B + P_B V_B[:, 256:]
                     warpgroup.wait_group(0)
+                    tln.mark(rec, "pv_a_end", p)
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive(empty)                 # this warp is done with stage 0
                     scale_rows(o_rc, scale)
@@ -383,24 +425,31 @@ class FlashMlaDecodeKernel:
                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                       tOrV[(None, None, kb, 1)], acc_o)
                         warpgroup.commit_group()
+                        tln.mark(rec, "pv_b_issued", p)
                         warpgroup.wait_group(0)
+                        tln.mark(rec, "pv_b_end", p)
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_arrive(empty + 1)
                         # refill stage 1 with the tile two ahead once both warpgroups are done with it
                         if warp_idx == 4:
                             if t_own + STAGES < t_end:
+                                tln.mark(rec, "refill_wait_start", p)
                                 cute.arch.mbarrier_wait(empty + 1, phase)
+                                tln.mark(rec, "refill_wait_end", p)
                                 load_tile_chunked(tma_k, tKgK, tKsK, full, block_table[bidx, t_own + STAGES],
                                                   N_CHUNKS, N_CHUNKS, self.chunk_bytes)
+                                tln.mark(rec, "tma_issued", p)
 
             # ---- epilogue: O / l per row; one split -> out (bf16) and lse (natural log, +inf if
             # no key); several -> O / l (f32) and the log2-domain lse (-inf if no key) per split
+            tln.mark(rec, "epi_start")
             tOcO = acc_rows_cols(thr_pv.partition_C(cute.make_identity_tensor((BLOCK_M, D_V))))
             for r in cutlass.range_constexpr(n_rows):
                 l_wg = quad_allreduce_sum(row_sum[r])          # this warpgroup's keys
                 if ltid % 4 == 0:
                     s_sum[c_rc[r, 0][0], wg] = l_wg
             cute.arch.sync_threads()
+            tln.mark(rec, "epi_sums")
             for r in cutlass.range_constexpr(n_rows):
                 l_tot = s_sum[c_rc[r, 0][0], 0] + s_sum[c_rc[r, 0][0], 1]
                 inv = F32(1.0) / l_tot if l_tot > F32(0.0) else F32(0.0)
@@ -438,13 +487,15 @@ class FlashMlaDecodeKernel:
                                 if row_sum[r] > F32(0.0):
                                     lse_v = row_max[r] + cute.math.log2(row_sum[r])
                                 lse_part[bidx, split, grow] = lse_v
+            tln.mark(rec, "epi_end")
+        tln.end(rec)
 
 
 # -------------------------------------------------------------------- compile / call glue
 def fake_arguments(k: FlashMlaDecodeKernel) -> tuple:
     """Fake tensors in __call__'s order (views: q [b, s_q*h_q, 576], kv [pages, 64, 576],
     out [b, s_q*h_q, 512], o_part [b, slots, s_q*h_q, 512] f32, lse_part [b, slots, s_q*h_q] f32),
-    then the scale and an env stream."""
+    then the scale and an env stream; the timeline build adds its int64 buffer after the stream."""
     b = cute.sym_int(symbol="b")
     num_blocks = cute.sym_int(symbol="num_blocks")
     max_blocks = cute.sym_int(symbol="max_blocks")
@@ -458,8 +509,13 @@ def fake_arguments(k: FlashMlaDecodeKernel) -> tuple:
     lse = make_fake_compact_tensor(F32, (b, k.h_q, k.s_q), stride_order=rm3, assumed_align=4)
     o_part = make_fake_compact_tensor(F32, (b, slots, k.rows, D_V), stride_order=rm4, assumed_align=16)
     lse_part = make_fake_compact_tensor(F32, (b, slots, k.rows), stride_order=rm3, assumed_align=4)
-    return (q, kv, block_table, seqlens, out, lse, o_part, lse_part, F32(D_QK ** -0.5),
+    args = (q, kv, block_table, seqlens, out, lse, o_part, lse_part, F32(D_QK ** -0.5),
             make_fake_stream(use_tvm_ffi_env_stream=True))
+    if k.timeline:                                     # the instrumented build's buffer, last
+        ctas = cute.sym_int(symbol="timeline_ctas")
+        args += (make_fake_compact_tensor(cutlass.Int64, (ctas, len(TIMELINE.rows), TIMELINE.n_slots),
+                                          stride_order=rm3, assumed_align=8),)
+    return args
 
 
 def workspace(q, block_table, chunk: int) -> dict:
@@ -469,6 +525,17 @@ def workspace(q, block_table, chunk: int) -> dict:
     slots = n_split_slots(block_table.shape[1], chunk)
     return {"o_part": torch.empty(b, slots, s_q * h_q, D_V, dtype=torch.float32, device=q.device),
             "lse_part": torch.empty(b, slots, s_q * h_q, dtype=torch.float32, device=q.device)}
+
+
+def timeline_workspace(q, block_table, chunk: int, max_ctas: int) -> tuple[dict, tuple[int, int, int]]:
+    """The instrumented build's zeroed buffer [min(grid CTAs, max_ctas), 2, slots] int64 and the
+    grid (x = row block, y = split slot, z = sequence) its CTA index runs over."""
+    import torch
+    b, s_q, h_q, _ = q.shape
+    grid = (-(-(s_q * h_q) // BLOCK_M), n_split_slots(block_table.shape[1], chunk), b)
+    ctas = max(1, min(grid[0] * grid[1] * grid[2], max_ctas))
+    buf = torch.zeros(ctas, len(TIMELINE.rows), TIMELINE.n_slots, dtype=torch.int64, device=q.device)
+    return {"timeline": buf}, grid
 
 
 def launch_arguments(q, kv_cache, block_table, cache_seqlens, out, lse, ws, softmax_scale) -> tuple:
