@@ -50,3 +50,18 @@ def test_every_tile_is_walked_once_and_every_piece_is_merged_once(lens, ctas):
             assert i not in written and len(seen[i]) == 1
         else:
             assert sorted(p) == sorted(written[i]), (i, p, written[i])
+
+
+def test_split_launch_refuses_shapes_whose_schedule_overflows_int32():
+    """(tiles + 1) x ctas must stay below 2^31 (the kernels' int32 products); checked from shapes
+    only, before anything reaches the GPU (no device sync, graph-safe). Expanded views: no memory."""
+    import torch
+
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v6 import kernel
+    b, pages = 4096, 1 << 16                                   # 2^28 tiles of 64 keys at page size 64
+    q = torch.empty(1, 1, 1, 576, dtype=torch.bfloat16).expand(b, 1, 16, 576)
+    kv = torch.empty(1, 64, 1, 576, dtype=torch.bfloat16)
+    bt = torch.empty(1, 1, dtype=torch.int32).expand(b, pages)
+    ws = {"first_seq": torch.empty(8, dtype=torch.int32)}
+    with pytest.raises(ValueError, match="int32"):
+        kernel.launch_arguments(q, kv, bt, torch.empty(b, dtype=torch.int32), None, None, ws, 0.04)

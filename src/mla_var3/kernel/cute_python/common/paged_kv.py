@@ -87,10 +87,16 @@ def load_tile_pages(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars
     indexed ((stage * n_chunks + chunk) * pages_per_tile + page). Called by one whole warp."""
     first_page = tile * pages_per_tile
     n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+    ids = cute.make_rmem_tensor((pages_per_tile,), cutlass.Int32)      # page ids, read once per tile
+    for j in cutlass.range_constexpr(pages_per_tile):
+        ids[j] = 0
+        if j < n_pages:
+            ids[j] = block_table[bidx, first_page + j]
     for c in cutlass.range_constexpr(n_chunks):
         bar = bars + stage * n_chunks + c
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive_and_expect_tx(bar, box_bytes * n_pages)
-        for j in cutlass.range(n_pages, unroll=1):
-            cute.copy(tma, src[(None, (0, c, block_table[bidx, first_page + j]))],
-                      dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
+        for j in cutlass.range_constexpr(pages_per_tile):
+            if j < n_pages:
+                cute.copy(tma, src[(None, (0, c, ids[j]))],
+                          dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)

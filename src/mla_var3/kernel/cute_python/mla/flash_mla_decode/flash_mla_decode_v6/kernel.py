@@ -82,8 +82,9 @@ Correctness rules (see layers/mla/decode.py)
 - Rows past s_q*h_q are computed on zero Q rows and never written.
 
 Constraints: bf16 q and cache, page size 16, 32 or 64, head dims 576/512, h_kv = 1, 1 <= h_q <= 128,
-1 <= s_q <= 16, num_threads = 256, block_n = 64 (the tile), b <= 4096 (the schedule's scan). Checked in
-`__init__` and `launch_arguments`.
+1 <= s_q <= 16, num_threads = 256, block_n = 64 (the tile), b <= 4096 (the schedule's scan: checked in
+`schedule.launch_arguments` and the plan's `supports`), (total tiles + 1) x ctas < 2^31 (the
+schedule's int32 arithmetic: `launch_arguments`); the rest in `__init__` and `launch_arguments`.
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ class FlashMlaDecodeKernel:
         if not 1 <= s_q <= 16:
             raise ValueError(f"s_q: expected 1..16, got {s_q}")
         if block_n != TILE:
-            raise ValueError(f"block_n: v5 walks 64-key tiles, so it must be {TILE}, got {block_n}")
+            raise ValueError(f"block_n: v6 walks 64-key tiles, so it must be {TILE}, got {block_n}")
         if page_size not in PAGE_SIZES:
             raise ValueError(f"page_size: expected one of {PAGE_SIZES}, got {page_size}")
         if num_threads != 128 * NUM_WG:
@@ -552,6 +553,11 @@ def launch_arguments(q, kv_cache, block_table, cache_seqlens, out, lse, ws, soft
     if d != D_QK:
         raise ValueError(f"q: expected [b, s_q, h_q, {D_QK}], got {list(q.shape)}")
     page_size = kv_page_size(kv_cache)
+    ctas = ws["first_seq"].shape[0]
+    max_tiles = -(-block_table.shape[1] * page_size // TILE)
+    if (b * max_tiles + 1) * ctas >= 2 ** 31:          # from shapes only: no device sync
+        raise ValueError(f"block_table: {b} x {max_tiles} tiles x {ctas} CTAs overflow the schedule's int32 "
+                         f"arithmetic ((tiles + 1) x ctas must stay below 2^31); use fewer CTAs")
     for name, t in (("q", q), ("kv_cache", kv_cache), ("out", out), ("o_part", ws["o_part"])):
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"{name}: expected a contiguous, 16-byte aligned tensor (TMA)")
