@@ -61,6 +61,12 @@ def test_dump_two_stage_cute_version_only_asked_kinds(tmp_path, capsys):
         assert lines[0].startswith("flash_mla_decode_v3 split: ") and lines[1].startswith("flash_mla_decode_v3 combine: ")
 
 
+def test_dump_honours_tiling(tmp_path, capsys):
+    rc, out, manifest = _dump(tmp_path, "flash_mla_decode_v3", "--dump=ptx", "--s_q=1", "--h_q=16", "--tiling=chunk=8")
+    assert rc == 0 and ",chunk=8," in out.name and manifest["tiling_key"].startswith("chunk=8,")
+    assert manifest["tiling_source"] == "--tiling"
+
+
 def test_dump_cutile_version(tmp_path, capsys):
     rc, out, manifest = _dump(tmp_path, "ct_flash_mla_decode_v2", "--dump=all")
     assert rc == 0

@@ -6,8 +6,8 @@ Compile-only (no GPU needed). Writes `<records>/dump/<version>/<dir>/<stage>.<ki
 stage of the version's runtime kernel (`<dir>`: the problem's static key and the tiling key, or
 their hash when long), `<stage>.res-usage.txt` beside the SASS, and `dump.json` (what was dumped
 and each stage's summary); then prints one summary line per stage (registers, spills, static
-shared memory, SASS instruction mix). The tiling is the default one, or the tuned one for this
-problem when a GPU is visible (what a benchmark would run).
+shared memory, SASS instruction mix). The tiling is `--tiling` when given, else the tuned one
+for this problem when a GPU is visible (what a benchmark would run), else the default one.
 """
 from __future__ import annotations
 
@@ -116,7 +116,11 @@ def cmd_dump(names, problems, args, kind) -> int:
     kinds = check_request(names, problems, args, plan)
     problem = (problems or [kind.default_problem()])[0]
     plan.require_supported(problem)
-    tiling, source = choose_tiling(plan, problem)
+    if getattr(args, "tiling", None):                    # --tiling key=value,... wins
+        from mla_var3.cli.tiling import parse_tiling
+        tiling, source = parse_tiling(plan, args.tiling), "--tiling"
+    else:
+        tiling, source = choose_tiling(plan, problem)
     plan.check_tiling(tiling, problem, None)
     tools = sass.find_disassemblers()
     if not tools:

@@ -128,8 +128,10 @@ def kernel_names(args, kind) -> list[str]:
 def cmd_list() -> int:
     from mla_var3.runtime import devices, registry
     here = devices.current_device() if devices.cuda_available() else None
-    print(f"{'version':28} {'language':9} {'problem':11} {'arch':10} status")
-    for e in registry.all_entries():
+    entries = registry.all_entries()
+    w = max([28] + [len(e.name) for e in entries])
+    print(f"{'version':{w}} {'language':9} {'problem':11} {'arch':10} status")
+    for e in entries:
         try:
             plan = e.load()
             arch, kind = ",".join(plan.arch), plan.problem_kind.kind
@@ -143,7 +145,7 @@ def cmd_list() -> int:
             summary = plan.summary
         except Exception as ex:  # a broken version must not hide the others
             arch, kind, status, summary = "?", "?", f"import failed: {type(ex).__name__}: {ex}", ""
-        print(f"{e.name:28} {e.language:9} {kind:11} {arch:10} {status}" + (f"  - {summary}" if summary else ""))
+        print(f"{e.name:{w}} {e.language:9} {kind:11} {arch:10} {status}" + (f"  - {summary}" if summary else ""))
     return 0
 
 
