@@ -1,5 +1,6 @@
-"""gemm_v6: gemm_v4 made persistent (one CTA per SM over the output tiles, grouped raster order),
-epilogue through shared memory (stmatrix) and a TMA store.
+"""gemm_v6: gemm_v5 (persistent, grouped raster, stmatrix + TMA-store epilogue) with one wgmma
+batch kept in flight in the consumer mainloop (wait_group(1), then release the previous k tile's
+slot; drain at the end of each output tile).
 
 Device code and its design notes: kernel.py. Devlog: docs/kernels/gemm.md.
 """
@@ -72,8 +73,8 @@ class GemmV6(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = GemmProblem
     Tiling = GemmV6Tiling
-    summary = ("CuTe DSL GEMM: gemm_v4 persistent (132 CTAs, grouped raster), epilogue via smem "
-               "(stmatrix) + TMA store")
+    summary = ("CuTe DSL GEMM: gemm_v5 + one wgmma batch in flight (wait_group(1), release the "
+               "previous slot)")
     quarantine = ("never run on a GPU yet (compiled for sm_90a on the CPU only); "
                   "un-quarantine after a passing --check on the H200")
 

@@ -1,41 +1,43 @@
-"""gemm_v6: gemm_v4 made persistent - one CTA per SM walks the output tiles in a grouped raster
-order - with the epilogue through shared memory and a TMA store.
+"""gemm_v6: gemm_v5 (persistent CTAs over a grouped raster, stmatrix + TMA-store epilogue) with
+the consumer mainloop keeping one wgmma batch in flight.
 
 Check (GPU):        MLA_VAR3_RUN_QUARANTINED=1 python -m mla_var3.kernel gemm_v6 --check
-Benchmark (GPU):    MLA_VAR3_RUN_QUARANTINED=1 python -m mla_var3.kernel gemm_v6 --m=4096 --n=4096 --k=4096 --dtype=fp16 --compare=gemm_v4
+Benchmark (GPU):    MLA_VAR3_RUN_QUARANTINED=1 python -m mla_var3.kernel gemm_v6 --m=4096 --n=4096 --k=4096 --dtype=fp16 --compare=gemm_v5,gemm_v4
 Compile only (CPU): python -m mla_var3.kernel gemm_v6 --compile-only --arch=sm_90a
 The device function is `gemm_v6_kernel`, so profiler rows name the version.
 
-What changed from gemm_v4, and why
-- Persistent tile scheduler: the grid is `ctas` CTAs (default 132, the H200's SMs; fewer when
-  there are fewer output tiles), and CTA b computes tiles b, b + ctas, b + 2 ctas, ... The
-  mbarrier ring is not reset between tiles: the producer warp runs on into the next tile's k
-  tiles while the consumers are still in the previous tile's epilogue, so the loads of tile
-  i + 1 overlap the epilogue of tile i (gemm_v4 paid the ring's fill latency and the epilogue
-  once per tile, and its last wave was partial: 512 tiles of 128 x 256 at 4096^2 are 3.9
-  waves of 132).
-- Grouped raster order (`tile_coord`): consecutive tile ids walk down a group of `group_m`
-  tile rows before moving one tile column to the right, so the 132 tiles in flight at any time
-  share a few row blocks of A and column blocks of B in L2 instead of streaming a whole row of
-  C's tiles (which re-reads all of B for every tile row).
-- Epilogue through shared memory: the consumers round the accumulator and write it, one
-  block_m x epi_n subtile at a time, into a small swizzled shared buffer with `stmatrix`
-  (StMatrix8x8x16bOp: 16-byte rows, no bank conflicts), fence the async proxy, meet at a named
-  barrier (consumer warps only), and one warp issues a TMA store of the subtile (UTMASTG),
-  which clips at m and n by itself - no per-element predicates, full 128-byte lines written.
-  `epi_bufs` buffers rotate; the storing warp waits (cp.async.bulk.wait_group.read) until the
-  oldest store has read its buffer before the consumers overwrite it, so the stores of one
-  subtile overlap the conversion and stmatrix of the next, and the last ones overlap the next
-  tile's mainloop.
+What changed from gemm_v5, and why (one mechanism, `GemmV6Kernel.mma`)
+- gemm_v4 and gemm_v5 issue a k tile's block_k / 16 wgmmas, commit them and wait for them
+  (wgmma.wait_group 0) before releasing the slot and waiting for the next k tile: the tensor
+  cores drain at every k tile, and the next batch is issued only after the warpgroup has seen
+  the previous one finish and gone through the release and the next full-barrier wait.
+- gemm_v6 issues k tile i's batch, then waits with wgmma.wait_group(1): only k tile i - 1's
+  batch must be complete (it has read its slot), i's keeps running while the warpgroup releases
+  slot i - 1 to the producer and waits for k tile i + 1's data. The wgmmas of consecutive k
+  tiles accumulate into the same registers; the hardware orders them, so no batch boundary
+  is exposed. (CUTLASS's Hopper mainloops do the same with k_pipe_mmas = 1.)
+- Bookkeeping, per output tile: k tile 0 is issued with nothing to release; k tiles
+  1 .. n_k_tiles - 1 each release the slot before theirs; after the loop wait_group(0) drains
+  the last batch (every wgmma of the tile has completed before the epilogue reads the
+  accumulator) and releases the last slot. So each consumer warp releases exactly the
+  n_k_tiles slots it waited for, matching the producer's n_k_tiles acquires per tile, and at
+  the next tile the release position equals the read position again (the releaser is a clone
+  of the read state taken at the tile's start). The release now trails by one slot, so when a
+  consumer waits for k tile i + 1 the producer can have loaded at most stages - 2 k tiles
+  beyond it (gemm_v5: stages - 1); stages >= 2 still cannot deadlock (the wait for k tile i
+  needs the release of k tile i - stages <= i - 2, done at k tile i - 1).
+- The ring position (slot index, phase) of the consumers is now an explicit carried value of
+  the persistent tile loop (`consumer = self.mma(consumer, ...)`): the DSL carries a variable
+  across a dynamic loop only when the body assigns it or calls a method on it, and gemm_v5's
+  `self.mma(consumer, ...)` does neither, so its consumers restart at slot 0, phase 0 at every
+  tile (the PTX re-initializes them inside the tile loop) while the producer's ring runs on -
+  right only when n_k_tiles is a multiple of 2 x stages (e.g. 4096 with 4 stages).
 
-Warp roles (default tiling 128 x 256 x 64, 4 stages, 2 consumer warpgroups, 384 threads) are
-gemm_v4's: warpgroup 0 warp 0 is the TMA producer (40 registers), warpgroups 1 and 2 the
-wgmma consumers (232 registers) and now also the epilogue; warp 4 (the first consumer warp)
-issues the TMA stores. The mainloop is unchanged (each consumer still waits for its wgmmas
-before releasing a slot).
-
-Shared memory (default): ring 4 x 48 KB + epilogue 2 x (128 x 32 x 2 B = 8 KB) + mbarriers
-= 209 KB of 227 KB.
+Everything else is gemm_v5's: warp roles (warpgroup 0 warp 0 the TMA producer at 40 registers,
+warpgroups 1..consumer_wgs the wgmma consumers and epilogue at 232, warp 4 issues the TMA
+stores), the grouped raster of output tiles over `ctas` persistent CTAs, the ring that runs on
+across tiles, and the epilogue (stmatrix into epi_bufs swizzled buffers, a TMA store per
+subtile). Shared memory (default): ring 4 x 48 KB + epilogue 2 x 8 KB + mbarriers = 209 KB.
 
 Not run on a GPU yet (quarantined until the first run): see docs/kernels/gemm.md for the
 prediction.
