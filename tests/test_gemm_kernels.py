@@ -134,3 +134,77 @@ def test_gemm_v5_compiles_persistent_with_a_tma_store_epilogue(tiling, dtype):
     assert "stmatrix.sync.aligned" in ptx and "fence.proxy.async.shared::cta" in ptx
     assert "cp.async.bulk.wait_group.read" in ptx and "setmaxnreg.inc" in ptx
     assert "nctaid.x" in ptx                                                    # the persistent stride
+
+
+GEMM_V6_CONFIGS = registry.get_plan("gemm_v6").autotune_configs(GemmProblem(m=4096, n=4096, k=4096, dtype="fp16"))
+
+
+def _consumer_first_wait_parity_is_reset_per_tile(ptx: str) -> bool:
+    """True when the consumers' ring phase restarts inside the persistent tile loop: the parity
+    register of the consumers' first full-barrier wait (after setmaxnreg.inc) is set to the
+    immediate 0, directly or through register copies, between the tile loop's head (the first
+    label after setmaxnreg.inc) and that wait."""
+    import re
+    body = ptx[ptx.index("setmaxnreg.inc"):]
+    wait = re.search(r"mbarrier\.try_wait\.parity\.shared\.b64 P1, \[%r\d+\], (%r\d+),", body)
+    head = re.search(r"^\$L__BB\d+_\d+:", body, re.M)
+    assert wait and head and head.start() < wait.start()
+    span = body[head.start():wait.start()]
+    zero = set(re.findall(r"mov\.b32\s+(%r\d+), 0;", span))
+    for dst, src in re.findall(r"mov\.b32\s+(%r\d+), (%r\d+);", span):
+        if src in zero:
+            zero.add(dst)
+    return wait.group(1) in zero
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("tiling", [t.__dict__ for t in GEMM_V6_CONFIGS], ids=[t.key() for t in GEMM_V6_CONFIGS])
+def test_gemm_v6_compiles_with_one_wgmma_batch_in_flight(tiling, dtype):
+    """gemm_v6 on sm_90a, every autotune config: gemm_v5's TMA loads, stmatrix and TMA store, and
+    a mainloop that keeps one wgmma batch in flight - wait_group 1 after each k tile's commit
+    (then the previous slot's empty-barrier arrive), wait_group 0 once per output tile (the drain
+    before the epilogue), never the wait-for-everything-per-k-tile of gemm_v5; and the consumers'
+    ring phase carried across the tile loop, not restarted per tile."""
+    ptx = _ptx("gemm_v6", tiling, dtype)
+    assert "cp.async.bulk.tensor.2d.shared::cta.global" in ptx and "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    assert "stmatrix.sync.aligned" in ptx and "setmaxnreg.inc" in ptx and "nctaid.x" in ptx
+    waits = [int(w) for w in __import__("re").findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", ptx)]
+    assert waits == [1, 0], waits                   # one in the k loop, one drain per tile
+    mainloop = ptx[ptx.index("wgmma.wait_group.sync.aligned \t1;"):]
+    assert mainloop.index("mbarrier.arrive.shared.b64") < mainloop.index("wgmma.wait_group.sync.aligned \t0;")
+    assert not _consumer_first_wait_parity_is_reset_per_tile(ptx)
+
+
+@pytest.mark.parametrize("name", ["gemm_v6", pytest.param("gemm_v5", marks=pytest.mark.xfail(
+    strict=True, reason="gemm_v5 passes `consumer` into self.mma without assigning it, so the DSL does not "
+                        "carry it across the tile loop: the consumers restart at slot 0, phase 0 per tile"))])
+def test_persistent_consumers_carry_their_ring_phase_across_tiles(name):
+    """The producer's ring runs on across a CTA's tiles; the consumers' (slot, phase) must too,
+    or every tile after the first reads the wrong slots unless n_k_tiles is a multiple of
+    2 x stages. Checked in the PTX (no GPU)."""
+    assert not _consumer_first_wait_parity_is_reset_per_tile(_ptx(name, {}, "fp16"))
+
+
+# more tiles than CTAs, k tiles not a multiple of 2 x stages (63 k tiles at k = 4000; 9 at 520)
+MULTI_TILE = [(GemmProblem(m=1000, n=3000, k=4000), dict(ctas=5)),
+              (GemmProblem(m=1000, n=3000, k=4000, dtype="fp16"), dict(ctas=7, stages=3, epi_n=64, epi_bufs=4)),
+              (GemmProblem(m=129, n=264, k=520, dtype="fp16"), dict(ctas=1, consumer_wgs=1, stages=5)),
+              (GemmProblem(m=1000, n=3000, k=4000), dict(ctas=3, block_n=128, stages=6))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem,tiling", MULTI_TILE, ids=[f"{p.key()}-{'-'.join(f'{k}{v}' for k, v in t.items())}"
+                                                            for p, t in MULTI_TILE])
+def test_gemm_v6_many_tiles_per_cta(problem, tiling):
+    """The GPU test shapes give each persistent CTA at most one tile at the default 132 CTAs;
+    these tilings make every CTA walk several, with ragged k, so the ring's phase bookkeeping
+    across tiles (and the epilogue buffers' reuse) is exercised."""
+    plan = registry.get_plan("gemm_v6")
+    if plan.unavailable():
+        pytest.skip(f"gemm_v6: {plan.unavailable()}")
+    here = devices.current_device()
+    if not devices.arch_supported(plan.arch, here.arch):
+        pytest.skip(f"gemm_v6 needs {plan.arch}; this GPU is {here.arch}")
+    results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(), device="cuda", tiling=plan.Tiling(**tiling))
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)

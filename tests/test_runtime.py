@@ -269,6 +269,7 @@ def test_a_quarantined_plan_is_unavailable_unless_asked_for(monkeypatch):
     assert plan.quarantine and plan.unavailable().startswith("quarantined: faulted with 'misaligned address'")
     assert "awaits a GPU run" in plan.unavailable()
     assert registry.get_plan("gemm_v5").unavailable().startswith("quarantined: never run on a GPU yet")
+    assert registry.get_plan("gemm_v6").unavailable().startswith("quarantined: never run on a GPU yet")
     assert kernel_plan.QUARANTINE_ENV in plan.unavailable()
     monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
     assert plan.unavailable() is None
