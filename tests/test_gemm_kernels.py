@@ -175,9 +175,7 @@ def test_gemm_v6_compiles_with_one_wgmma_batch_in_flight(tiling, dtype):
     assert not _consumer_first_wait_parity_is_reset_per_tile(ptx)
 
 
-@pytest.mark.parametrize("name", ["gemm_v6", pytest.param("gemm_v5", marks=pytest.mark.xfail(
-    strict=True, reason="gemm_v5 passes `consumer` into self.mma without assigning it, so the DSL does not "
-                        "carry it across the tile loop: the consumers restart at slot 0, phase 0 per tile"))])
+@pytest.mark.parametrize("name", ["gemm_v5", "gemm_v6"])
 def test_persistent_consumers_carry_their_ring_phase_across_tiles(name):
     """The producer's ring runs on across a CTA's tiles; the consumers' (slot, phase) must too,
     or every tile after the first reads the wrong slots unless n_k_tiles is a multiple of

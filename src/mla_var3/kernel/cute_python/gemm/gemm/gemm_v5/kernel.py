@@ -152,7 +152,9 @@ class GemmV5Kernel:
     def mma(self, consumer, tiled_mma: cute.TiledMma, tCrA: cute.Tensor, tCrB: cute.Tensor,
             acc: cute.Tensor, n_k_tiles):
         """Consumer warpgroup, one output tile: for each k tile, block_k / 16 wgmmas from the slot,
-        then release it (gemm_v4's mainloop)."""
+        then release it (gemm_v4's mainloop). Returns the advanced consumer state: the caller must
+        assign it (`consumer = self.mma(consumer, ...)`), or the DSL does not carry it across the
+        persistent tile loop and every tile after the first restarts at slot 0, phase 0."""
         n_kb = cute.size(tCrA, mode=[2])
         for _kt in cutlass.range(n_k_tiles, unroll=1):
             h = consumer.wait_and_advance()
@@ -162,6 +164,7 @@ class GemmV5Kernel:
             warpgroup.commit_group()
             warpgroup.wait_group(0)                          # this slot's wgmmas have read smem
             h.release()
+        return consumer
 
     @cute.jit
     def epilogue(self, r2s: cute.TiledCopy, tRS_acc: cute.Tensor, tRS_sC: cute.Tensor, rD: cute.Tensor,
@@ -259,7 +262,7 @@ class GemmV5Kernel:
             for t in cutlass.range(bid, tiles_m * tiles_n, ctas, unroll=1):
                 tm, tn = self.tile_coord(t, tiles_m, tiles_n)
                 acc.fill(0.0)
-                self.mma(consumer, tiled_mma, tCrA, tCrB, acc, n_k_tiles)
+                consumer = self.mma(consumer, tiled_mma, tCrA, tCrB, acc, n_k_tiles)
                 self.epilogue(r2s, tRS_acc, tRS_sC, rD, rD_out, tma_c, bSG_sC, bSG_gC, tm, tn, warp_idx)
             if warp_idx == STORE_WARP:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)       # sC stays valid until read
