@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU test suite in groups that each fit one device call (a whole `pytest -m gpu` run takes
+# longer than the 600 s a call may run). Usage, on the GPU machine from the repository root:
+#   scripts/gpu_suite.sh GROUP [OUT_DIR]      GROUP: mla-cute | mla-other | fuzz | ops | gemm | rest | list
+# Writes OUT_DIR/pytest_GROUP.log (OUT_DIR defaults to $OUT, else .) and prints the summary line.
+# TIMEOUT (seconds, default 540) bounds the group; MLA_VAR3_RUN_QUARANTINED=1 includes
+# quarantined versions; MLA_VAR3_FUZZ_EXAMPLES sets the fuzz count (default 200).
+set -o pipefail
+group=${1:?usage: scripts/gpu_suite.sh GROUP [OUT_DIR] (GROUP: mla-cute mla-other fuzz ops gemm rest list)}
+out=${2:-${OUT:-.}}
+case "$group" in
+  mla-cute)  args=(tests/test_kernels_gpu.py -k "flash_mla_decode_v and not ct_flash") ;;
+  mla-other) args=(tests/test_kernels_gpu.py -k "ct_flash or torch_mla or flashmla or bench or autotune") ;;
+  fuzz)      args=(tests/test_fuzz.py) ;;
+  ops)       args=(tests/test_ops.py) ;;
+  gemm)      args=(tests/test_gemm_kernels.py tests/test_cutlass_examples.py tests/test_companion.py) ;;
+  rest)      args=(tests --ignore=tests/test_kernels_gpu.py --ignore=tests/test_fuzz.py --ignore=tests/test_ops.py
+                   --ignore=tests/test_gemm_kernels.py --ignore=tests/test_cutlass_examples.py
+                   --ignore=tests/test_companion.py) ;;
+  list)      echo "mla-cute mla-other fuzz ops gemm rest"; exit 0 ;;
+  *)         echo "error: scripts/gpu_suite.sh: unknown group '$group' (mla-cute mla-other fuzz ops gemm rest)" >&2; exit 2 ;;
+esac
+mkdir -p "$out"
+log="$out/pytest_$group.log"
+timeout "${TIMEOUT:-540}" python -m pytest -m gpu -q -p no:cacheprovider -rfs "${args[@]}" > "$log" 2>&1
+rc=$?
+grep -E "^(FAILED|ERROR)" "$log" | head -20
+tail -1 "$log"
+[ "$rc" = 124 ] && echo "gpu_suite: $group timed out after ${TIMEOUT:-540} s (see $log)"
+exit "$rc"
