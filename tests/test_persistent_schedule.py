@@ -65,3 +65,24 @@ def test_split_launch_refuses_shapes_whose_schedule_overflows_int32():
     ws = {"first_seq": torch.empty(8, dtype=torch.int32)}
     with pytest.raises(ValueError, match="int32"):
         kernel.launch_arguments(q, kv, bt, torch.empty(b, dtype=torch.int32), None, None, ws, 0.04)
+
+
+def test_v7_orders_its_three_kernels_with_griddepcontrol(tmp_path, capsys):
+    """v7 = v6 + PDL: the schedule and split kernels trigger their dependents, the split and
+    combine kernels wait for their predecessor before reading what it wrote (PTX, no GPU)."""
+    from mla_var3.cli.kernel import main
+    ptx = {}
+    for name in ("flash_mla_decode_v6", "flash_mla_decode_v7"):
+        assert main([name, "--dump=ptx", "--s_q=1", "--h_q=16", f"--records={tmp_path / name}"]) == 0
+        for f in (tmp_path / name).rglob("*.ptx"):
+            ptx[(name, f.stem)] = f.read_text()
+    capsys.readouterr()
+    for stage in ("schedule", "split", "combine"):
+        assert "griddepcontrol" not in ptx[("flash_mla_decode_v6", stage)]
+    v7 = {stage: ptx[("flash_mla_decode_v7", stage)] for stage in ("schedule", "split", "combine")}
+    assert "griddepcontrol.launch_dependents" in v7["schedule"] and "griddepcontrol.wait" not in v7["schedule"]
+    assert "griddepcontrol.launch_dependents" in v7["split"] and "griddepcontrol.wait" in v7["split"]
+    assert "griddepcontrol.wait" in v7["combine"]
+    # the split kernel waits before its first global load (cum / first_seq come from the schedule)
+    split = v7["split"]
+    assert split.index("griddepcontrol.wait") < split.index("ld.global")
