@@ -104,6 +104,24 @@ def test_roofline_committed(committed, tmp_path):
     check_png(plots.roofline_plot(committed, tmp_path / "roof.png", design="flash_mla_decode"))
 
 
+def test_a_gemm_design_plots_only_gemm_records(tmp_path):
+    """A design's plots keep its own problem kind: GEMM points, no MLA baselines, no MLA
+    (s_q x h_q) axis or fixed/varlen panels; the bandwidth slope stays in view."""
+    recs = []
+    for p in sorted((Path(__file__).resolve().parents[1] / "records").glob("*.jsonl")):
+        recs += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    assert any(r.get("problem_kind") == "gemm" for r in recs)
+    pts = plots._select(recs, "gemm", None)
+    assert pts and all(r.get("problem_kind") == "gemm" for r in pts)
+    fig = plots._roofline_figure(recs, design="gemm")
+    try:
+        assert [ax.get_title() for ax in fig.axes if ax.get_xlabel()] == [""]
+        assert not any("s_q" in ax.get_xlabel() for ax in fig.axes)
+        assert fig.axes[0].get_xlim()[0] < 180           # the ridge (771 TFLOP/s / 4.27 TB/s) is visible
+    finally:
+        plt.close(fig)
+
+
 def test_roofline_problem_subset(committed):
     keys = ["b=128,s_q=1,h_q=16,seqlen=1024", "b=128,s_q=2,h_q=128,seqlen=8192"]
     fig = plots._roofline_figure(committed, design="flash_mla_decode", problems=keys)

@@ -89,14 +89,22 @@ def _version(rec: dict) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _kind(rec: dict) -> str:
+    """The record's problem kind (records from before problem kinds were MLA decode)."""
+    return rec.get("problem_kind") or "mla_decode"
+
+
 def _select(recs, design, problems) -> list[dict]:
-    """Newest record per (kernel, problem); with `design`: every version of it, the newest
-    version of every other design, and the peers; `problems`: problem keys to keep."""
+    """Newest record per (kernel, problem); with `design`: only its problem kind, every version
+    of it, the newest version of every other design, and the peers; `problems`: keys to keep."""
     latest = _latest(recs)
     if problems is not None:
         keep = set(problems)
         latest = [r for r in latest if r["problem_key"] in keep]
     if design is not None:
+        kinds = {_kind(r) for r in latest if _design(r) == design}
+        if kinds:                   # a GEMM design's plots show GEMM baselines, not MLA kernels
+            latest = [r for r in latest if _kind(r) in kinds]
         newest = {}
         for r in latest:
             d = _design(r)
@@ -168,7 +176,10 @@ def _ceilings(gpu: str | None):
 
 
 def _panels(points: list[dict], known: dict) -> list[tuple[str, list[dict]]]:
-    """Fixed lengths and varlen in separate panels (one panel when only one kind is present)."""
+    """Fixed lengths and varlen in separate panels (one panel when only one kind is present);
+    one untitled panel for problem kinds without lengths (GEMM)."""
+    if points and all(_kind(r) != "mla_decode" for r in points):
+        return [("", points)]
     fixed = [r for r in points if not _problem_of(r, known).get("varlen")]
     varlen = [r for r in points if _problem_of(r, known).get("varlen")]
     out = [(t, p) for t, p in (("fixed lengths", fixed), ("varlen (lengths ~ N(seqlen, seqlen/2))", varlen)) if p]
@@ -189,7 +200,8 @@ def _roofline_figure(recs: list[dict], *, design: str | None = None, problems=No
     xs = [_intensity(r) for r in points] or [1.0, 100.0]
     ys = [r["tflops"] for r in points if r.get("tflops")] or [1.0, 100.0]
     ridges = [p * 1e3 / bw for p, bw in ceil] if ceil else []
-    x_lo, x_hi = min(xs) / 4, max(max(xs), *ridges) * 4      # room for the ceilings' labels
+    x_lo = min([min(xs) / 4] + [r / 3 for r in ridges])     # the ridge and its slope stay in view
+    x_hi = max(max(xs), *ridges) * 4                          # room for the ceilings' labels
     y_top = max(ys + [p for p, _ in ceil] if ceil else ys) * 2
     y_lo = min(ys) / 2.5
 
@@ -215,7 +227,7 @@ def _roofline_figure(recs: list[dict], *, design: str | None = None, problems=No
         ax.set_title(ptitle, fontsize=10)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.grid(True, which="both", alpha=0.25)
-    axes[0].set_ylabel("performance (TFLOP/s, bf16)")
+    axes[0].set_ylabel("performance (TFLOP/s; ceilings: bf16/fp16 dense)")
 
     handles = [Line2D([], [], linestyle="", marker=st["marker"], markerfacecolor=st["color"], markeredgecolor="black",
                       markersize=10 if st["marker"] == "*" else 7, label=st["label"]) for st in styles.values()]
