@@ -140,10 +140,11 @@ GEMM_V6_CONFIGS = registry.get_plan("gemm_v6").autotune_configs(GemmProblem(m=40
 
 
 def _consumer_first_wait_parity_is_reset_per_tile(ptx: str) -> bool:
-    """True when the consumers' ring phase restarts inside the persistent tile loop: the parity
-    register of the consumers' first full-barrier wait (after setmaxnreg.inc) is set to the
-    immediate 0, directly or through register copies, between the tile loop's head (the first
-    label after setmaxnreg.inc) and that wait."""
+    """True when the consumers' ring state restarts inside the persistent tile loop: the parity
+    register of the consumers' first full-barrier wait (after setmaxnreg.inc), or the slot index
+    its barrier address is made from (slot * 8), is set to the immediate 0, directly or through
+    register copies, between the tile loop's head (the first label after setmaxnreg.inc) and
+    that wait."""
     import re
     body = ptx[ptx.index("setmaxnreg.inc"):]
     wait = re.search(r"mbarrier\.try_wait\.parity\.shared\.b64 P1, \[%r\d+\], (%r\d+),", body)
@@ -154,7 +155,8 @@ def _consumer_first_wait_parity_is_reset_per_tile(ptx: str) -> bool:
     for dst, src in re.findall(r"mov\.b32\s+(%r\d+), (%r\d+);", span):
         if src in zero:
             zero.add(dst)
-    return wait.group(1) in zero
+    addr = re.search(r"shl\.b32\s+%r\d+, (%r\d+), 3;", span)        # slot * 8: the barrier's address
+    return wait.group(1) in zero or (addr is not None and addr.group(1) in zero)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -193,16 +195,17 @@ MULTI_TILE = [(GemmProblem(m=1000, n=3000, k=4000), dict(ctas=5)),
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem,tiling", MULTI_TILE, ids=[f"{p.key()}-{'-'.join(f'{k}{v}' for k, v in t.items())}"
                                                             for p, t in MULTI_TILE])
-def test_gemm_v6_many_tiles_per_cta(problem, tiling):
+@pytest.mark.parametrize("name", ["gemm_v5", "gemm_v6"])
+def test_persistent_gemm_many_tiles_per_cta(name, problem, tiling):
     """The GPU test shapes give each persistent CTA at most one tile at the default 132 CTAs;
     these tilings make every CTA walk several, with ragged k, so the ring's phase bookkeeping
-    across tiles (and the epilogue buffers' reuse) is exercised."""
-    plan = registry.get_plan("gemm_v6")
+    across tiles (and the epilogue buffers' reuse) is exercised (v5 and v6 share the tiling)."""
+    plan = registry.get_plan(name)
     if plan.unavailable():
-        pytest.skip(f"gemm_v6: {plan.unavailable()}")
+        pytest.skip(f"{name}: {plan.unavailable()}")
     here = devices.current_device()
     if not devices.arch_supported(plan.arch, here.arch):
-        pytest.skip(f"gemm_v6 needs {plan.arch}; this GPU is {here.arch}")
+        pytest.skip(f"{name} needs {plan.arch}; this GPU is {here.arch}")
     results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(), device="cuda", tiling=plan.Tiling(**tiling))
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)

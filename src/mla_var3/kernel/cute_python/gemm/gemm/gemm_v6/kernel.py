@@ -28,10 +28,8 @@ What changed from gemm_v5, and why (one mechanism, `GemmV6Kernel.mma`)
   needs the release of k tile i - stages <= i - 2, done at k tile i - 1).
 - The ring position (slot index, phase) of the consumers is now an explicit carried value of
   the persistent tile loop (`consumer = self.mma(consumer, ...)`): the DSL carries a variable
-  across a dynamic loop only when the body assigns it or calls a method on it, and gemm_v5's
-  `self.mma(consumer, ...)` does neither, so its consumers restart at slot 0, phase 0 at every
-  tile (the PTX re-initializes them inside the tile loop) while the producer's ring runs on -
-  right only when n_k_tiles is a multiple of 2 x stages (e.g. 4096 with 4 stages).
+  across a dynamic loop only when the body assigns it or calls a method on it (gemm_v5 as first
+  written passed it to self.mma without assigning it; fixed there the same way before it ran).
 
 Everything else is gemm_v5's: warp roles (warpgroup 0 warp 0 the TMA producer at 40 registers,
 warpgroups 1..consumer_wgs the wgmma consumers and epilogue at 232, warp 4 issues the TMA
