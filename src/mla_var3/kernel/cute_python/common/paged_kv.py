@@ -35,13 +35,22 @@ def zero_tail_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, t
     """Zero rows tail..rows-1 (all d columns) of the K tile in `stage` of sK (chunk (stage, c) at
     index stage * d/box + c), then make the writes visible to the async proxy (wgmma) and
     synchronize the CTA. Every thread of the CTA calls it."""
+    _zero_rows_and_fence(sK, tail, stage, tidx, num_threads, rows, d, box)
+    cute.arch.sync_threads()
+
+
+@cute.jit
+def _zero_rows_and_fence(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, tid: cutlass.Int32,
+                         num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
+                         d: cutlass.Constexpr[int], box: cutlass.Constexpr[int]):
+    """The zeroing both zero_tail_rows* share: `num_threads` callers clear rows tail..rows-1 of
+    the tile in `stage`, then fence the generic-proxy writes for the async proxy (no barrier)."""
     n_zero = (rows - tail) * d
-    for i in cutlass.range(tidx, n_zero, num_threads, unroll=1):
+    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
         r = tail + i // d
         col = i % d
         sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
     cute.arch.fence_proxy("async.shared", space="cta")
-    cute.arch.sync_threads()
 
 
 @cute.jit
@@ -64,12 +73,7 @@ def zero_tail_rows_named(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
     """`zero_tail_rows` for a tile only some threads own (e.g. one warpgroup): the `num_threads`
     callers (tid 0..num_threads-1) zero the rows, fence for the async proxy and meet on the named
     barrier `barrier_id` instead of the CTA barrier."""
-    n_zero = (rows - tail) * d
-    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
-        r = tail + i // d
-        col = i % d
-        sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
-    cute.arch.fence_proxy("async.shared", space="cta")
+    _zero_rows_and_fence(sK, tail, stage, tid, num_threads, rows, d, box)
     cute.arch.barrier(barrier_id=barrier_id, number_of_threads=num_threads)
 
 
