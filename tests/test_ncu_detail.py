@@ -1,10 +1,12 @@
 """--prof_type=ncu --ncu-set=detail, --ncu-rep and the --compare diff, on the CPU.
 
-tests/fixtures/ncu_raw_detail_SYNTHETIC.csv is SYNTHETIC: invented values written in the format
-of `ncu --csv --page raw --print-units base` (two profiled processes, flash_mla_decode_v3 then
-v4, split + combine kernels, 3 launches each) because no H200 detail run existed yet. Replace it
-with a real `--tool-log` from the H200 (docs/workflows/profile-a-kernel.md) and update the
-numbers below."""
+tests/fixtures/ncu_raw_detail_h200_v4_v3.csv is a real H200 capture, kept as ncu wrote it (its
+==WARNING== / ==PROF== lines and the program's own line included): the `--tool-log` of
+`python -m mla_var3.kernel flash_mla_decode_v4 --prof_type=ncu --ncu-set=detail
+--compare=flash_mla_decode_v3 --b=64 --h_q=128 --seqlen=4096`, run on the H200 on 2026-12-01
+(`ncu --csv --page raw --print-units base`, two profiled processes, v4 then v3, split + combine
+kernel, 3 launches each). The numbers below are read from it; the tables that run printed are
+the ones these tests rebuild from it."""
 from pathlib import Path
 
 import pytest
@@ -13,28 +15,32 @@ from mla_var3.cli import ncu_view
 from mla_var3.cli.kernel import main
 from mla_var3.runtime import profiling
 
-FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw_detail_SYNTHETIC.csv"
-V3, V4 = "flash_mla_decode_v3", "flash_mla_decode_v4"
+FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw_detail_h200_v4_v3.csv"
+V3, V4, V6 = "flash_mla_decode_v3", "flash_mla_decode_v4", "flash_mla_decode_v6"
+RAW = "kernel_cutlass_{}_mla_var3kernelcute_pythonmlaflash_mla_decode_0"      # CuTe DSL's kernel name, shortened
 
 
 def _table():
+    """As the CLI builds it: one row per kernel and version, the version that ran first (v4) first."""
     rows = profiling.summarize_launches(profiling.parse_ncu_csv(FIXTURE.read_text()))
     return [{"version": V3 if "_v3_" in r["kernel_name"] else V4, **r} for r in rows]
 
 
 def test_detail_parser_on_the_fixture():
     rows = profiling.parse_ncu_csv(FIXTURE.read_text())
-    assert len(rows) == 12
+    assert len(rows) == 12                                 # 2 processes x 2 kernels x 3 launches
     split = [r for r in rows if r["kernel_name"].startswith("kernel_cutlass_flash_mla_decode_v4_kernel_")]
     assert len(split) == 3
-    r = split[1]                                           # the middle launch: the invented values exactly
-    assert r["duration_us"] == pytest.approx(200.0) and r["registers_per_thread"] == 225
-    assert r["eligible_warps_per_sched"] == pytest.approx(0.38) and r["issue_slots_pct"] == pytest.approx(24.7)
-    assert r["smem_conflicts_st"] == 9216 and r["smem_conflicts_ld"] == 0
-    assert r["l2_sectors_read_tex"] == 4718592 and r["dram_sectors_read"] == 4700100
+    assert [r["duration_us"] for r in split] == pytest.approx([152.224, 151.456, 150.208])   # ns -> us
+    r = split[1]                                           # the middle launch
+    assert r["registers_per_thread"] == 228 and r["smem_per_block_kb"] == pytest.approx(219.0)
+    assert r["eligible_warps_per_sched"] == pytest.approx(0.41) and r["issue_slots_pct"] == pytest.approx(32.36)
+    assert r["warp_cycles_per_issue"] == pytest.approx(6.18) and r["active_warps_per_sched"] == pytest.approx(2.0)
+    assert r["smem_conflicts_st"] == 2004 and r["smem_conflicts_ld"] == 0
+    assert r["l2_sectors_read_tex"] == 9759978 and r["dram_sectors_read"] == 9736472
     assert all(r[c] is not None for c in profiling.NCU_DETAIL_METRICS)
-    assert len(r["stalls"]) == 17 and "selected" not in r["stalls"]       # 18 reasons, `selected` is no stall
-    assert r["stalls"]["barrier"] == pytest.approx(1.4)
+    assert len(r["stalls"]) == 18 and "selected" not in r["stalls"]       # 19 reasons, `selected` is no stall
+    assert r["stalls"]["barrier"] == pytest.approx(1.43) and r["stalls"]["long_scoreboard"] == pytest.approx(1.36)
 
 
 def test_basic_rows_have_no_detail_keys():
@@ -45,12 +51,21 @@ def test_basic_rows_have_no_detail_keys():
 
 def test_summary_medians_and_top_five():
     table = _table()
-    assert [(r["version"], r["launches"]) for r in table] == [(V3, 3), (V3, 3), (V4, 3), (V4, 3)]
-    v3 = table[0]
-    assert v3["stalls"]["barrier"] == pytest.approx(2.9)                  # median of 3 launches (jittered +-0.4%)
-    top = profiling.top_stalls(v3["stalls"])
-    assert [t[0] for t in top] == ["barrier", "wait", "math_pipe_throttle", "no_instruction", "short_scoreboard"]
-    assert top[0][2] == pytest.approx(100 * 2.9 / sum(v3["stalls"].values()))
+    assert [(r["version"], ncu_view.kernel_role(r["kernel_name"]), r["launches"]) for r in table] == [
+        (V4, "kernel", 3), (V4, "combine_kernel", 3), (V3, "kernel", 3), (V3, "combine_kernel", 3)]
+    v4, v4c, v3 = table[0], table[1], table[2]
+    assert v4["duration_us"] == pytest.approx(151.456) and v3["duration_us"] == pytest.approx(172.608)
+    assert v4["registers_per_thread"] == 228 and v3["registers_per_thread"] == 193
+    assert v4["smem_conflicts_st"] == 2004 and v3["smem_conflicts_st"] == 6461          # medians of 3 launches
+    assert v4["stalls"]["long_scoreboard"] == pytest.approx(1.36)                       # of 1.36, 1.36, 1.34
+    top = profiling.top_stalls(v4["stalls"])
+    assert [t[0] for t in top] == ["barrier", "long_scoreboard", "wait", "dispatch_stall", "not_selected"]
+    assert top[0][1:] == pytest.approx((1.43, 100 * 1.43 / 5.15)) and round(top[0][2]) == 28
+    assert top[1][1] == pytest.approx(1.36) and round(top[1][2]) == 26
+    top3 = profiling.top_stalls(v3["stalls"])
+    assert [t[0] for t in top3] == ["barrier", "wait", "gmma", "long_scoreboard", "not_selected"]
+    assert top3[0][1] == pytest.approx(2.32) and round(top3[0][2]) == 44
+    assert profiling.top_stalls(v4c["stalls"])[0][:2] == ("long_scoreboard", pytest.approx(14.88))
     assert profiling.top_stalls(None) == [] and profiling.top_stalls({"a": 0.0}) == []
 
 
@@ -79,18 +94,126 @@ def test_detail_command_asks_for_the_stall_family(monkeypatch):
     assert "-f" in rep and rep[rep.index("--clock-control") + 1] == "none"
 
 
-def test_detail_view_and_diff():
+def test_detail_view():
+    text = ncu_view.format_detail(_table())
+    lines = text.splitlines()
+    v4 = next(line for line in lines if line.startswith(V4) and "flash_mla_decode_v4_kernel " in line
+              and "barrier" in line)
+    assert "barrier 1.43 (28%)" in v4 and "long_scoreboard 1.36 (26%)" in v4 and "wait 0.91 (18%)" in v4
+    v3 = next(line for line in lines if line.startswith(V3) and "flash_mla_decode_v3_kernel " in line
+              and "barrier" in line)
+    assert "barrier 2.32 (44%)" in v3 and "gmma 0.43 (8%)" in v3
+    assert "eligible/sch" in text and "long_scoreboard 14.88 (41%)" in text
+    detail_v4 = next(line for line in lines if line.startswith(V4) and "barrier" not in line
+                     and "flash_mla_decode_v4_kernel " in line)
+    assert detail_v4.split()[2:8] == ["6.18", "2.00", "0.41", "0.32", "32.4", "0.00"]
+    assert detail_v4.split()[8] == "2004"
+
+
+@pytest.mark.parametrize("name, role", [
+    ("kernel_cutlass_flash_mla_decode_v4_kernel_mla_var3kernelcute_pythonmlaflash_mla_decodeflash_mla_decode_v4"
+     "kernelFlashMlaDecodeKernel_object_at__CopyAtom_ThrID10_TVLayoutSrc1409601_TVLayout_0", "kernel"),
+    ("kernel_cutlass_flash_mla_decode_v6_schedule_kernel_mla_var3kernelcute_pythonmlaflash_mla_decodeflash_mla_"
+     "decode_v6scheduleFlashMlaScheduleKernel_object_at__tensorptri32gmemo1_tensorptri32_0", "schedule_kernel"),
+    ("flash_mla_decode_v6_combine_kernel", "combine_kernel"),
+    ("ct_flash_mla_decode_v3_split_kernel_Kt2_A3bf16_3v8l0_4t1_7i16_p16_A2i32_1v4l0_2t1_3i16_p16_Sf32_I1_I128_I64",
+     "split_kernel"),
+    ("ct_flash_mla_decode_v12_combine_kernel_Kt2_A3f32_7s1t1_p16_I8", "combine_kernel"),
+    ("mla_decode_kernel_Kt2_A3bf16_3v8l0_4t1_7i16_p16_Sf32_I1_I64", "mla_decode_kernel"),    # no version: all of it
+    ("kernel_cutlass_kernel_mla_var3kernelcute_pythonmlaflash_mla_decodeflash_mla_decode_v1kernelFlashMla_0", "kernel"),
+    ("void at::reduce_kernel<512, 1>(T3)", "void at::reduce_kernel<512, 1>"),
+])
+def test_kernel_role(name, role):
+    assert ncu_view.kernel_role(name) == role
+
+
+def _row(version, function, us, **kw):
+    return {"version": version, "kernel_name": RAW.format(function), "launches": 3, "duration_us": us, **kw}
+
+
+def _v6_vs_v4():
+    """The kernel rows of an H200 `flash_mla_decode_v6 --prof_type=ncu --ncu-set=detail
+    --compare=flash_mla_decode_v4` run (b=128, h_q=16, seqlen=1024), a few of their numbers: v6 launches a
+    schedule kernel before split and combine, v4 only split and combine."""
+    return [_row(V6, "flash_mla_decode_v6_schedule_kernel", 4.32, registers_per_thread=25.0, smem_per_block_kb=5.0),
+            _row(V6, "flash_mla_decode_v6_kernel", 53.0, registers_per_thread=254.0, smem_per_block_kb=219.0,
+                 stalls={"long_scoreboard": 2.71, "barrier": 1.73}),
+            _row(V6, "flash_mla_decode_v6_combine_kernel", 8.0, registers_per_thread=40.0, smem_per_block_kb=1.0),
+            _row(V4, "flash_mla_decode_v4_kernel", 46.3, registers_per_thread=225.0, smem_per_block_kb=219.0,
+                 stalls={"long_scoreboard": 2.44, "barrier": 1.60}),
+            _row(V4, "flash_mla_decode_v4_combine_kernel", 2.37, registers_per_thread=38.0, smem_per_block_kb=1.0)]
+
+
+def test_diff_pairs_kernels_by_role():
+    rows = _v6_vs_v4()
+    pairs, only_base, only_main = ncu_view.pair_kernels(rows[3:], rows[:3])
+    assert [(b["kernel_name"], m["kernel_name"], by_role) for b, m, by_role in pairs] == [
+        (rows[3]["kernel_name"], rows[1]["kernel_name"], True), (rows[4]["kernel_name"], rows[2]["kernel_name"], True)]
+    assert only_base == [] and only_main == [rows[0]]
+    diff = ncu_view.format_diff(rows, [V6, V4])
+    blocks = diff.split("\n\n")
+    assert [b.splitlines()[0].split(":")[1] for b in blocks] == [
+        f" {V6} vs {V4}, kernel", f" {V6} vs {V4}, combine_kernel", f" {V6} vs {V4}, schedule_kernel"]
+    assert blocks[2] == f"ncu diff: {V6} vs {V4}, schedule_kernel: only in {V6} (4.32 us)"   # one line, no table
+    split = {line.split()[0]: line.split() for line in blocks[0].splitlines()[3:]}
+    assert split["us"] == ["us", "46.3", "53.0", "+6.70", "+14.5%"]           # v6's split against v4's split
+    assert split["regs"] == ["regs", "225", "254", "+29.0", "+12.9%"]
+    assert "smem" not in blocks[0] and "20197441" not in diff                 # not the schedule kernel's numbers
+    combine = {line.split()[0]: line.split() for line in blocks[1].splitlines()[3:]}
+    assert combine["us"][1:3] == ["2.37", "8.00"]
+    # the other way round: the schedule kernel is only in the baseline
+    back = ncu_view.format_diff(rows, [V4, V6])
+    assert back.endswith(f"ncu diff: {V4} vs {V6}, schedule_kernel: only in {V6} (4.32 us)")
+    assert f"{V4} vs {V6}, kernel:" in back and f"{V4} vs {V6}, combine_kernel:" in back
+
+
+def test_diff_falls_back_on_launch_order_only_for_unmatched_roles():
+    ct = [{"version": "ct_v3", "kernel_name": "ct_flash_mla_decode_v3_split_kernel_Kt2_A3bf16_I1", "duration_us": 80.0},
+          {"version": "ct_v3", "kernel_name": "ct_flash_mla_decode_v3_combine_kernel_Kt2_A3f32_I8", "duration_us": 3.0}]
+    cute = [_row(V4, "flash_mla_decode_v4_combine_kernel", 2.0), _row(V4, "flash_mla_decode_v4_kernel", 60.0)]
+    pairs, only_base, only_main = ncu_view.pair_kernels(ct, cute)
+    assert only_base == only_main == []
+    assert [(b["duration_us"], m["duration_us"], by_role) for b, m, by_role in pairs] == [
+        (3.0, 2.0, True), (80.0, 60.0, False)]                               # combine by role, the rest by order
+    diff = ncu_view.format_diff(ct + cute, [V4, "ct_v3"])
+    assert f"ncu diff: {V4} vs ct_v3, kernel vs split_kernel (no common role: paired by launch order)" in diff
+    # unmatched on both sides but not as many: nothing is guessed
+    _, only_base, only_main = ncu_view.pair_kernels(ct, _v6_vs_v4()[:3])
+    assert [r["duration_us"] for r in only_base] == [80.0]
+    assert [r["duration_us"] for r in only_main] == [4.32, 53.0]
+
+
+def test_diff_direction_main_minus_baseline():
     table = _table()
-    text = ncu_view.format_detail(table)
-    assert "eligible/sch" in text and "barrier 2.90 (36%)" in text and "flash_mla_decode_v4_combine_kernel" in text
-    moved = {m["metric"]: m for m in ncu_view.diff_rows(table[0], table[2])}
-    assert moved["us"]["delta"] == pytest.approx(-50.0) and moved["us"]["pct"] == pytest.approx(-20.0)
-    assert moved["stall barrier"]["delta"] == pytest.approx(-1.5)
-    assert "stall membar" not in moved and "L2 rd sect" not in moved        # below the thresholds
-    diff = ncu_view.format_diff(table, [V3, V4])
-    assert "kernel 1 (flash_mla_decode_v4_kernel vs flash_mla_decode_v3_kernel)" in diff
-    assert diff.index("stall barrier") < diff.index("tensor %")               # largest change first
-    assert "kernel 2" in diff and "nothing moved" in diff.split("kernel 2")[1]
+    v4, v3 = table[0], table[2]
+    moved = {m["metric"]: m for m in ncu_view.diff_rows(v3, v4)}               # baseline v3, evaluated v4
+    assert moved["us"]["base"] == pytest.approx(172.608) and moved["us"]["main"] == pytest.approx(151.456)
+    assert moved["us"]["delta"] == pytest.approx(151.456 - 172.608)             # v4 is faster: negative
+    assert moved["us"]["pct"] == pytest.approx(100 * (151.456 - 172.608) / 172.608)   # relative to the baseline
+    assert moved["regs"]["delta"] == 35 and moved["smem confl st"]["delta"] == 2004 - 6461
+    assert moved["stall barrier"]["delta"] == pytest.approx(1.43 - 2.32)
+    assert moved["stall long_scoreboard"]["delta"] == pytest.approx(1.36 - 0.32)
+    assert "stall wait" not in moved and "L2 rd sect" not in moved and "occup %" not in moved   # below the thresholds
+    diff = ncu_view.format_diff(table, [V4, V3])                                # as `v4 --compare=v3` prints it
+    blocks = diff.split("\n\n")
+    assert len(blocks) == 2
+    title, head, _, *cells = blocks[0].splitlines()
+    assert title.startswith(f"ncu diff: {V4} vs {V3}, kernel: what moved (>= 5%, stalls >= 0.1 cyc/issue)")
+    assert head.split() == ["metric", V3, V4, "delta", "(main", "-", "baseline)", "change", "(relative", "to",
+                            "baseline)"]
+    by = {" ".join(c.split()[:-4]): c.split()[-4:] for c in cells}
+    assert by["us"] == ["173", "151", "-21.2", "-12.3%"]
+    assert by["regs"] == ["193", "228", "+35.0", "+18.1%"]
+    assert by["smem confl st"] == ["6461", "2004", "-4457", "-69.0%"]
+    assert by["stall barrier"] == ["2.32", "1.43", "-0.89", "-38.4%"]
+    assert by["stall long_scoreboard"] == ["0.32", "1.36", "+1.04", "+325.0%"]
+    assert list(by)[0] == "stall long_scoreboard" and list(by)[-1] == "us"      # largest relative change first
+    pcts = [abs(float(c[-1].rstrip("%"))) for c in by.values()]
+    assert pcts == sorted(pcts, reverse=True)
+    assert blocks[1].startswith(f"ncu diff: {V4} vs {V3}, combine_kernel:") and "L2 hit %" in blocks[1]
+    # the other direction flips every sign
+    back = {m["metric"]: m for m in ncu_view.diff_rows(v4, v3)}
+    assert back["us"]["delta"] == pytest.approx(-moved["us"]["delta"]) and back["regs"]["delta"] == -35
 
 
 def _fake_ncu(monkeypatch, calls):

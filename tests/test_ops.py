@@ -406,9 +406,14 @@ def _usable_or_skip(name, problem=None):
 
 
 def _preferred(problem) -> str:
-    """What the op should choose: the first usable version, in the op's language order (newest
-    first within each), whose supports() accepts the problem (e.g. a page size)."""
-    entries = [e for e in registry.all_entries() if e.language in op_impl.LANGUAGE_ORDER]
+    """What the op should choose: the first usable CuTe DSL version of the measured order
+    (conf/ops/mla_decode_order.json) whose supports() accepts the problem (e.g. a page size),
+    else the first usable version of another language, newest first."""
+    for name in op_impl.measured_order()["cute-dsl"]:
+        plan = registry.get_plan(name)
+        if _usable(plan) and not plan.supports(problem):
+            return name
+    entries = [e for e in registry.all_entries() if e.language in op_impl.LANGUAGE_ORDER[1:]]
     entries.sort(key=lambda e: (op_impl.LANGUAGE_ORDER.index(e.language), -e.version))
     for plan in (e.load() for e in entries):
         if plan.problem_kind is mla.MlaDecodeProblem and _usable(plan) and not plan.supports(problem):
@@ -441,15 +446,14 @@ def _graph_replays_with_new_lengths(problem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_SHAPES, ids=GPU_IDS)
 def test_gpu_eager_matches_the_reference_through_the_preferred_kernel(problem):
-    """The newest usable CuTe DSL version for page 64; for other page sizes the best version whose
-    supports() accepts them (while only the PyTorch baseline does, that one)."""
+    """The fastest measured CuTe DSL version that takes the problem: v4 for page 64, v5 for
+    pages of 16 or 32 (v4 maps one TMA box per 64-row page)."""
     x = problem.make_inputs(seed=1, device="cuda")
     _assert_matches(problem, x, _call(x))
     used = ops.kernels_in_use()[0]["kernel"]
     assert used == _preferred(problem), f"expected {_preferred(problem)}, the op chose {used}"
-    newest_cute = registry.get_plan(_newest("cute-dsl"))
-    if _usable(newest_cute) and not newest_cute.supports(problem):
-        assert used == newest_cute.name
+    if _usable(registry.get_plan("flash_mla_decode_v5")):
+        assert used == ("flash_mla_decode_v4" if problem.page_size == 64 else "flash_mla_decode_v5")
 
 
 @pytest.mark.gpu
@@ -512,3 +516,26 @@ def test_gpu_misaligned_q_is_refused():
     q.copy_(x.q)
     with pytest.raises(InputError, match="q: expected a 16-byte aligned tensor"):
         _call(dataclasses.replace(x, q=q))
+
+
+def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(monkeypatch):
+    """conf/ops/mla_decode_order.json lists real mla_decode versions of its language, each once;
+    the op tries them in that order (v4 before the newer but slower v7), then unlisted versions
+    newest first."""
+    order = op_impl.measured_order()
+    for language, names in order.items():
+        assert len(set(names)) == len(names), names
+        for name in names:
+            entry = registry.resolve(name)
+            assert entry.name == name and entry.language == language
+            assert entry.load().problem_kind is mla.MlaDecodeProblem
+    cute = order["cute-dsl"]
+    assert cute.index("flash_mla_decode_v4") < cute.index("flash_mla_decode_v7")
+    assert op_impl.preference("cute-dsl", "flash_mla_decode_v4") < op_impl.preference("cute-dsl", "flash_mla_decode_v7")
+    assert op_impl.preference("cute-dsl", "flash_mla_decode_v99") > op_impl.preference("cute-dsl", cute[-1])
+    assert op_impl.preference("cutile", "ct_flash_mla_decode_v3") == (1, 0)     # unlisted: newest first
+    # the candidate list on a GPU device, without asking torch about a GPU
+    monkeypatch.setattr(op_impl, "_arch", lambda device: "sm_90a")
+    names = [p.name for p in op_impl._candidates(torch.device("cuda"))]
+    assert names[:len(cute)] == cute
+    assert names.index("ct_flash_mla_decode_v3") < names.index("ct_flash_mla_decode_v1") < names.index("torch_mla_decode_v1")

@@ -71,9 +71,49 @@ def _by_version(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def diff_rows(base: dict, other: dict) -> list[dict]:
-    """The metrics and stall reasons that moved from `base` to `other` (one kernel each), largest
-    relative change first: {metric, base, other, delta, pct}."""
+def kernel_role(name: str) -> str:
+    """What a kernel does within its version, for pairing kernels across versions: the kernel's
+    function name without the `<design>_vN_` prefix. `kernel_cutlass_flash_mla_decode_v6_combine_kernel_mla_var3...`
+    (CuTe DSL) -> `combine_kernel`; `ct_flash_mla_decode_v3_split_kernel_Kt2_A3bf16...` (cuTile: the
+    signature follows the last `_K<calling convention>`) -> `split_kernel`; a name without a version
+    (`nvjet_...`, `void at::...(...)`) is its own role, less the argument list."""
+    import re
+    m = re.match(r"kernel_cutlass_(\w+?)_mla_var3", name)
+    base = m.group(1) if m else re.sub(r"\(.*$", "", name).strip()
+    base = re.sub(r"^(\w+)_K[a-z]\d+(?:_\w*)?$", r"\1", base) if re.fullmatch(r"\w+", base) else base
+    m = re.fullmatch(r"(?:\w*?_)?v\d+_(\w+)", base)
+    return m.group(1) if m else base
+
+
+def pair_kernels(base_rows: list[dict], main_rows: list[dict]) -> tuple[list[tuple], list[dict], list[dict]]:
+    """Pair the kernel rows of two versions by role (kernel_role: split with split, combine with
+    combine, the k-th of a role with the k-th); rows whose role the other version lacks are paired
+    by launch order only when both sides have the same number of them (the roles are named
+    differently, e.g. `split_kernel` and `kernel`), else they stay unpaired.
+    -> ([(base row, main row, paired by role)] in the main version's launch order, base only, main only)."""
+    roles_b = [kernel_role(r["kernel_name"]) for r in base_rows]
+    roles_m = [kernel_role(r["kernel_name"]) for r in main_rows]
+    left_b = list(range(len(base_rows)))
+    match: dict[int, int] = {}                      # main index -> base index
+    for j, role in enumerate(roles_m):
+        i = next((i for i in left_b if roles_b[i] == role), None)
+        if i is not None:
+            match[j] = i
+            left_b.remove(i)
+    left_m = [j for j in range(len(main_rows)) if j not in match]
+    by_order = len(left_m) == len(left_b) > 0
+    if by_order:
+        match.update(zip(left_m, left_b))
+    pairs = [(base_rows[match[j]], main_rows[j], j not in left_m) for j in range(len(main_rows)) if j in match]
+    if by_order:
+        return pairs, [], []
+    return pairs, [base_rows[i] for i in left_b], [main_rows[j] for j in left_m]
+
+
+def diff_rows(base: dict, main: dict) -> list[dict]:
+    """The metrics and stall reasons that moved from the baseline kernel `base` to the evaluated
+    kernel `main`, largest relative change first: {metric, base, main, delta, pct}, where delta =
+    main - base and pct = delta relative to base (None where base is 0)."""
     moved = []
 
     def add(label, a, b, threshold_abs=None):
@@ -83,32 +123,43 @@ def diff_rows(base: dict, other: dict) -> list[dict]:
         pct = 100.0 * delta / abs(a) if a else None
         if (threshold_abs is not None and abs(delta) >= threshold_abs) or (
                 threshold_abs is None and (pct is None or abs(pct) >= MOVED_PCT)):
-            moved.append({"metric": label, "base": a, "other": b, "delta": delta, "pct": pct})
+            moved.append({"metric": label, "base": a, "main": b, "delta": delta, "pct": pct})
     for label, key in DIFF_COLUMNS:
-        add(label, base.get(key), other.get(key))
-    sb, so = base.get("stalls") or {}, other.get("stalls") or {}
-    for reason in dict.fromkeys([*sb, *so]):
-        add(f"stall {reason}", sb.get(reason, 0.0), so.get(reason, 0.0), MOVED_STALL)
+        add(label, base.get(key), main.get(key))
+    sb, sm = base.get("stalls") or {}, main.get("stalls") or {}
+    for reason in dict.fromkeys([*sb, *sm]):
+        add(f"stall {reason}", sb.get(reason, 0.0), sm.get(reason, 0.0), MOVED_STALL)
     return sorted(moved, key=lambda m: -(abs(m["pct"]) if m["pct"] is not None else float("inf")))
 
 
+def _only_in(version: str, row: dict) -> str:
+    us = row.get("duration_us")
+    return f"{kernel_role(row['kernel_name'])}: only in {version}" + (f" ({fmt(us)} us)" if us is not None else "")
+
+
 def format_diff(rows: list[dict], names: list[str]) -> str:
-    """For each version after the first: its kernels against the first version's, paired by
-    launch order (main kernel with main kernel, combine with combine)."""
+    """The main version names[0] (the one evaluated) against each baseline names[1:]: its kernels
+    paired with the baseline's by role (pair_kernels), for each pair what moved (delta = main -
+    baseline, change relative to the baseline); a kernel only one version launches gets one line."""
     by = _by_version(rows)
-    base_rows = by.get(names[0], [])
+    main, main_rows = names[0], by.get(names[0], [])
     out = []
-    for name in names[1:]:
-        for i, (b, o) in enumerate(zip(base_rows, by.get(name, []))):
-            moved = diff_rows(b, o)
-            title = (f"ncu diff: {name} vs {names[0]}, kernel {i + 1} ({kname(o['kernel_name'], 32)}"
-                     f" vs {kname(b['kernel_name'], 32)}): what moved (>= {MOVED_PCT:g}%, stalls "
-                     f">= {MOVED_STALL:g} cyc/issue)")
-            cells = [[m["metric"], fmt(m["base"]), fmt(m["other"]), ("+" if m["delta"] > 0 else "") + fmt(m["delta"]),
-                      "new" if m["pct"] is None else f"{m['pct']:+.1f}%"] for m in moved]
-            out.append(table(["metric", names[0], name, "delta", "change"], cells, title) if cells
-                       else title + "\n  nothing moved")
-        if len(by.get(name, [])) != len(base_rows):
-            out.append(f"  ({name} launched {len(by.get(name, []))} kernels per call, {names[0]} {len(base_rows)}: "
-                       f"paired the first {min(len(base_rows), len(by.get(name, [])))} by launch order)")
+    for base in names[1:]:
+        head = f"ncu diff: {main} vs {base}"
+        base_rows = by.get(base, [])
+        if not main_rows or not base_rows:
+            out.append(f"{head}: no kernel rows for {main if not main_rows else base}")
+            continue
+        pairs, only_base, only_main = pair_kernels(base_rows, main_rows)
+        for b, m, by_role in pairs:
+            role_m, role_b = kernel_role(m["kernel_name"]), kernel_role(b["kernel_name"])
+            what = role_m if by_role else f"{role_m} vs {role_b} (no common role: paired by launch order)"
+            title = f"{head}, {what}: what moved (>= {MOVED_PCT:g}%, stalls >= {MOVED_STALL:g} cyc/issue)"
+            moved = diff_rows(b, m)
+            cells = [[d["metric"], fmt(d["base"]), fmt(d["main"]), ("+" if d["delta"] > 0 else "") + fmt(d["delta"]),
+                      "new" if d["pct"] is None else f"{d['pct']:+.1f}%"] for d in moved]
+            out.append(table(["metric", base, main, "delta (main - baseline)", "change (relative to baseline)"],
+                             cells, title) if cells else title + "\n  nothing moved")
+        out += [f"{head}, " + _only_in(main, r) for r in only_main]
+        out += [f"{head}, " + _only_in(base, r) for r in only_base]
     return "\n\n".join(out)

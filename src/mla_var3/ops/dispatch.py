@@ -9,14 +9,18 @@ shapes, dtypes and the device, so a call can be captured in a CUDA graph and rep
 `cache_seqlens` (the kernels compute their split schedule on the device).
 
 Per (device, shapes, dtypes) the op builds one runtime kernel - the first registered version, in
-`LANGUAGE_ORDER`, newest first, that runs on this device's arch and supports the problem (page
-size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in
+`LANGUAGE_ORDER`, then in the measured order of `conf/ops/mla_decode_order.json` (fastest first;
+versions it does not list follow, newest first), that runs on this device's arch and supports
+the problem (page size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in
 (`_stand_in_length`).
 """
+import json
 import math
 import os
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 
 import torch
 
@@ -147,9 +151,22 @@ def _arch(device: torch.device) -> str:
     return devices.arch_from_capability(major, minor)
 
 
+@lru_cache(maxsize=1)
+def measured_order() -> dict[str, list[str]]:
+    """language -> version names, fastest measured first (conf/ops/mla_decode_order.json)."""
+    text = resources.files("mla_var3.conf").joinpath("ops", "mla_decode_order.json").read_text()
+    return {lang: list(names) for lang, names in json.loads(text)["order"].items()}
+
+
+def preference(language: str, name: str) -> tuple[int, int]:
+    """Sort key within a language: listed versions by their measured rank, then the rest."""
+    order = measured_order().get(language, [])
+    return (0, order.index(name)) if name in order else (1, 0)
+
+
 def _candidates(device: torch.device) -> list:
-    """Plans to try, best first: CuTe DSL, cuTile, PyTorch (newest version first within each);
-    only those that run on this device (a CPU: PyTorch only)."""
+    """Plans to try, best first: CuTe DSL, cuTile, PyTorch; within each, the measured order
+    (`preference`), then newest first; only those that run on this device (a CPU: PyTorch only)."""
     if _FORCED[0]:
         plan = registry.get_plan(_FORCED[0])
         if plan.language not in LANGUAGE_ORDER or plan.problem_kind is not MlaDecodeProblem:
@@ -158,7 +175,7 @@ def _candidates(device: torch.device) -> list:
         return [plan]
     langs = LANGUAGE_ORDER if device.type == "cuda" else ("torch",)
     entries = [e for e in registry.all_entries() if e.language in langs]
-    entries.sort(key=lambda e: (langs.index(e.language), -e.version))
+    entries.sort(key=lambda e: (langs.index(e.language), *preference(e.language, e.name), -e.version))
     plans = [p for p in (e.load() for e in entries) if p.problem_kind is MlaDecodeProblem]
     if device.type == "cuda":
         arch = _arch(device)

@@ -71,11 +71,6 @@ class GemmV3(KernelPlan):
     problem_kind = GemmProblem
     Tiling = GemmV3Tiling
     summary = "CuTe DSL GEMM: mma.sync m16n8k16 (4 warps, 128x128x64), ldmatrix, swizzled smem, 3-stage cp.async"
-    quarantine = ("faulted with 'misaligned address' on the H200 on every tested shape, 512^3 included "
-                  "(2026-12-01, after the m=1 fix); cause found on the CPU and fixed (the shared-memory "
-                  "pointer swizzle was in element units, <3,3,3>, where CuTe DSL applies it to bytes: "
-                  "half the 16-byte cp.async / ldmatrix addresses were 8 mod 16; now <3,4,3>); "
-                  "awaits a GPU run; see docs/kernels/gemm.md")
 
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)

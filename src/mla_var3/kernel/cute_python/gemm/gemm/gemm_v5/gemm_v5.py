@@ -74,8 +74,6 @@ class GemmV5(KernelPlan):
     Tiling = GemmV5Tiling
     summary = ("CuTe DSL GEMM: gemm_v4 persistent (132 CTAs, grouped raster), epilogue via smem "
                "(stmatrix) + TMA store")
-    quarantine = ("never run on a GPU yet (compiled for sm_90a on the CPU only); "
-                  "un-quarantine after a passing --check on the H200")
 
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)

@@ -75,8 +75,6 @@ class GemmV6(KernelPlan):
     Tiling = GemmV6Tiling
     summary = ("CuTe DSL GEMM: gemm_v5 + one wgmma batch in flight (wait_group(1), release the "
                "previous slot)")
-    quarantine = ("never run on a GPU yet (compiled for sm_90a on the CPU only); "
-                  "un-quarantine after a passing --check on the H200")
 
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)

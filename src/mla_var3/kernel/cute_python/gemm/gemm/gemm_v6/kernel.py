@@ -37,8 +37,8 @@ stores), the grouped raster of output tiles over `ctas` persistent CTAs, the rin
 across tiles, and the epilogue (stmatrix into epi_bufs swizzled buffers, a TMA store per
 subtile). Shared memory (default): ring 4 x 48 KB + epilogue 2 x 8 KB + mbarriers = 209 KB.
 
-Not run on a GPU yet (quarantined until the first run): see docs/kernels/gemm.md for the
-prediction.
+Correct on the H200 (2026-12-01; --check 12/12 and the many-tiles-per-CTA test); docs/kernels/gemm.md has the
+prediction and the measured table.
 
 Constraints: bf16 or fp16; m arbitrary, n and k multiples of 8 (16-byte row strides, TMA);
 block_m = 64 x consumer_wgs, block_n a multiple of 16 up to 256, block_k = 64, 2..8 stages;

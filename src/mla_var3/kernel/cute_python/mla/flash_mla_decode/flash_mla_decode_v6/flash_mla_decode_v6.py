@@ -51,7 +51,6 @@ class FlashMlaDecodeV6(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaPersistentTiling
     summary = "CuTe DSL: v5 with persistent CTAs balanced by tokens (device-side schedule kernel)"
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)

@@ -51,7 +51,6 @@ class FlashMlaDecodeV7(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaPersistentTiling
     summary = "CuTe DSL: v6 with programmatic dependent launch between schedule, split and combine"
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)
