@@ -150,21 +150,22 @@ def test_diff_pairs_kernels_by_role():
     assert [(b["kernel_name"], m["kernel_name"], by_role) for b, m, by_role in pairs] == [
         (rows[3]["kernel_name"], rows[1]["kernel_name"], True), (rows[4]["kernel_name"], rows[2]["kernel_name"], True)]
     assert only_base == [] and only_main == [rows[0]]
-    diff = ncu_view.format_diff(rows, [V6, V4])
+    diff = ncu_view.format_diff(rows, [V4, V6])                             # `v4 --compare=v6`
     blocks = diff.split("\n\n")
-    assert [b.splitlines()[0].split(":")[1] for b in blocks] == [
-        f" {V6} vs {V4}, kernel", f" {V6} vs {V4}, combine_kernel", f" {V6} vs {V4}, schedule_kernel"]
-    assert blocks[2] == f"ncu diff: {V6} vs {V4}, schedule_kernel: only in {V6} (4.32 us)"   # one line, no table
-    split = {line.split()[0]: line.split() for line in blocks[0].splitlines()[3:]}
+    assert [b.splitlines()[0].split(":")[1] for b in blocks] == [          # in v6's launch order
+        f" {V6} vs {V4} (baseline), schedule_kernel", f" {V6} vs {V4} (baseline), kernel",
+        f" {V6} vs {V4} (baseline), combine_kernel"]
+    assert blocks[0] == f"ncu diff: {V6} vs {V4} (baseline), schedule_kernel: only in {V6} (4.32 us)"   # one line, no table
+    split = {line.split()[0]: line.split() for line in blocks[1].splitlines()[3:]}
     assert split["us"] == ["us", "46.3", "53.0", "+6.70", "+14.5%"]           # v6's split against v4's split
     assert split["regs"] == ["regs", "225", "254", "+29.0", "+12.9%"]
-    assert "smem" not in blocks[0] and "20197441" not in diff                 # not the schedule kernel's numbers
-    combine = {line.split()[0]: line.split() for line in blocks[1].splitlines()[3:]}
+    assert "smem" not in blocks[1] and "20197441" not in diff                 # not the schedule kernel's numbers
+    combine = {line.split()[0]: line.split() for line in blocks[2].splitlines()[3:]}
     assert combine["us"][1:3] == ["2.37", "8.00"]
     # the other way round: the schedule kernel is only in the baseline
-    back = ncu_view.format_diff(rows, [V4, V6])
-    assert back.endswith(f"ncu diff: {V4} vs {V6}, schedule_kernel: only in {V6} (4.32 us)")
-    assert f"{V4} vs {V6}, kernel:" in back and f"{V4} vs {V6}, combine_kernel:" in back
+    back = ncu_view.format_diff(rows, [V6, V4])
+    assert back.endswith(f"ncu diff: {V4} vs {V6} (baseline), schedule_kernel: only in {V6} (4.32 us)")
+    assert f"{V4} vs {V6} (baseline), kernel:" in back and f"{V4} vs {V6} (baseline), combine_kernel:" in back
 
 
 def test_diff_falls_back_on_launch_order_only_for_unmatched_roles():
@@ -175,15 +176,15 @@ def test_diff_falls_back_on_launch_order_only_for_unmatched_roles():
     assert only_base == only_main == []
     assert [(b["duration_us"], m["duration_us"], by_role) for b, m, by_role in pairs] == [
         (3.0, 2.0, True), (80.0, 60.0, False)]                               # combine by role, the rest by order
-    diff = ncu_view.format_diff(ct + cute, [V4, "ct_v3"])
-    assert f"ncu diff: {V4} vs ct_v3, kernel vs split_kernel (no common role: paired by launch order)" in diff
+    diff = ncu_view.format_diff(ct + cute, ["ct_v3", V4])
+    assert f"ncu diff: {V4} vs ct_v3 (baseline), kernel vs split_kernel (no common role: paired by launch order)" in diff
     # unmatched on both sides but not as many: nothing is guessed
     _, only_base, only_main = ncu_view.pair_kernels(ct, _v6_vs_v4()[:3])
     assert [r["duration_us"] for r in only_base] == [80.0]
     assert [r["duration_us"] for r in only_main] == [4.32, 53.0]
 
 
-def test_diff_direction_main_minus_baseline():
+def test_diff_direction_version_minus_baseline():
     table = _table()
     v4, v3 = table[0], table[2]
     moved = {m["metric"]: m for m in ncu_view.diff_rows(v3, v4)}               # baseline v3, evaluated v4
@@ -194,12 +195,12 @@ def test_diff_direction_main_minus_baseline():
     assert moved["stall barrier"]["delta"] == pytest.approx(1.43 - 2.32)
     assert moved["stall long_scoreboard"]["delta"] == pytest.approx(1.36 - 0.32)
     assert "stall wait" not in moved and "L2 rd sect" not in moved and "occup %" not in moved   # below the thresholds
-    diff = ncu_view.format_diff(table, [V4, V3])                                # as `v4 --compare=v3` prints it
+    diff = ncu_view.format_diff(table, [V3, V4])                                # as `v3 --compare=v4` prints it
     blocks = diff.split("\n\n")
     assert len(blocks) == 2
     title, head, _, *cells = blocks[0].splitlines()
-    assert title.startswith(f"ncu diff: {V4} vs {V3}, kernel: what moved (>= 5%, stalls >= 0.1 cyc/issue)")
-    assert head.split() == ["metric", V3, V4, "delta", "(main", "-", "baseline)", "change", "(relative", "to",
+    assert title.startswith(f"ncu diff: {V4} vs {V3} (baseline), kernel: what moved (>= 5%, stalls >= 0.1 cyc/issue)")
+    assert head.split() == ["metric", V3, V4, "delta", f"({V4}", "-", "baseline)", "change", "(relative", "to",
                             "baseline)"]
     by = {" ".join(c.split()[:-4]): c.split()[-4:] for c in cells}
     assert by["us"] == ["173", "151", "-21.2", "-12.3%"]
@@ -210,7 +211,7 @@ def test_diff_direction_main_minus_baseline():
     assert list(by)[0] == "stall long_scoreboard" and list(by)[-1] == "us"      # largest relative change first
     pcts = [abs(float(c[-1].rstrip("%"))) for c in by.values()]
     assert pcts == sorted(pcts, reverse=True)
-    assert blocks[1].startswith(f"ncu diff: {V4} vs {V3}, combine_kernel:") and "L2 hit %" in blocks[1]
+    assert blocks[1].startswith(f"ncu diff: {V4} vs {V3} (baseline), combine_kernel:") and "L2 hit %" in blocks[1]
     # the other direction flips every sign
     back = {m["metric"]: m for m in ncu_view.diff_rows(v4, v3)}
     assert back["us"]["delta"] == pytest.approx(-moved["us"]["delta"]) and back["regs"]["delta"] == -35
@@ -234,12 +235,24 @@ def _fake_ncu(monkeypatch, calls):
 def test_ncu_detail_compare_end_to_end(monkeypatch, tmp_path, capsys):
     calls = []
     _fake_ncu(monkeypatch, calls)
-    rc = main([V3, "--prof_type=ncu", "--ncu-set=detail", f"--compare={V4}", "--ncu-rep", "--b=64", "--h_q=128",
-               "--seqlen=4096", f"--records={tmp_path}"])
+    rc = main([V4, "--prof_type=ncu", "--ncu-set=detail", f"--compare={V3}", "--ncu-rep", "--b=64", "--h_q=128",
+               "--seqlen=4096", f"--records={tmp_path}"])                # the command the fixture was captured with
     assert rc == 0
     out = capsys.readouterr().out
-    assert "warp stall reasons, top five" in out and f"ncu diff: {V4} vs {V3}" in out
-    assert f"ncu report {tmp_path}/ncu/{V3}_b=64,s_q=1,h_q=128,seqlen=4096.ncu-rep" in out
+    assert f"ncu report {tmp_path}/ncu/{V4}_b=64,s_q=1,h_q=128,seqlen=4096.ncu-rep" in out
+    lines = out.splitlines()
+    # as the H200 run printed them (the basic table's row, the detail and stall tables' rows)
+    basic = [line.split() for line in lines if line.startswith("flash_mla_decode_v") and "..." in line]
+    assert [(r[0], r[1], r[3], r[9]) for r in basic] == [             # version, kernel, us, regs
+        (V4, "kernel_cutlass_flash_mla_decode_v4_ke...", "151", "228"),
+        (V4, "kernel_cutlass_flash_mla_decode_v4_co...", "2.8", "38.0"),
+        (V3, "kernel_cutlass_flash_mla_decode_v3_ke...", "173", "193"),
+        (V3, "kernel_cutlass_flash_mla_decode_v3_co...", "2.8", "38.0")]
+    assert (f"{V3}  flash_mla_decode_v3_kernel          barrier 2.32 (44%)           wait 0.99 (19%)"
+            "             gmma 0.43 (8%)           long_scoreboard 0.32 (6%)    not_selected 0.31 (6%)") in lines
+    assert out.index("warp stall reasons, top five") < out.index(f"ncu diff: {V3} vs {V4} (baseline), kernel: what moved")
+    assert out.index(f"ncu diff: {V3} vs {V4} (baseline), kernel:") < out.index(f"ncu diff: {V3} vs {V4} (baseline), combine_kernel:")
+    assert "kernel 1" not in out and "launch order" not in out
     csv_runs = [c for c in calls if "--csv" in c]
     assert len(csv_runs) == 2 and all("regex:" in c[c.index("--metrics") + 1] for c in csv_runs)
     import json

@@ -138,28 +138,32 @@ def _only_in(version: str, row: dict) -> str:
 
 
 def format_diff(rows: list[dict], names: list[str]) -> str:
-    """The main version names[0] (the one evaluated) against each baseline names[1:]: its kernels
-    paired with the baseline's by role (pair_kernels), for each pair what moved (delta = main -
-    baseline, change relative to the baseline); a kernel only one version launches gets one line."""
+    """Each compared version names[1:] against the baseline names[0] (the CLI's `<name>`, as in
+    the benchmark's "vs first"): its kernels paired with the baseline's by role (pair_kernels),
+    for each pair what moved (delta = version - baseline, change relative to the baseline); a
+    kernel only one version launches gets one line."""
     by = _by_version(rows)
-    main, main_rows = names[0], by.get(names[0], [])
+    base, base_rows = names[0], by.get(names[0], [])
     out = []
-    for base in names[1:]:
-        head = f"ncu diff: {main} vs {base}"
-        base_rows = by.get(base, [])
-        if not main_rows or not base_rows:
-            out.append(f"{head}: no kernel rows for {main if not main_rows else base}")
+    for other in names[1:]:
+        head = f"ncu diff: {other} vs {base} (baseline)"
+        other_rows = by.get(other, [])
+        if not other_rows or not base_rows:
+            out.append(f"{head}: no kernel rows for {other if not other_rows else base}")
             continue
-        pairs, only_base, only_main = pair_kernels(base_rows, main_rows)
-        for b, m, by_role in pairs:
+        pairs, only_base, _ = pair_kernels(base_rows, other_rows)
+        paired = {id(m): (b, by_role) for b, m, by_role in pairs}
+        for m in other_rows:                        # in the compared version's launch order
+            if id(m) not in paired:
+                out.append(f"{head}, " + _only_in(other, m))
+                continue
+            b, by_role = paired[id(m)]
             role_m, role_b = kernel_role(m["kernel_name"]), kernel_role(b["kernel_name"])
             what = role_m if by_role else f"{role_m} vs {role_b} (no common role: paired by launch order)"
             title = f"{head}, {what}: what moved (>= {MOVED_PCT:g}%, stalls >= {MOVED_STALL:g} cyc/issue)"
-            moved = diff_rows(b, m)
             cells = [[d["metric"], fmt(d["base"]), fmt(d["main"]), ("+" if d["delta"] > 0 else "") + fmt(d["delta"]),
-                      "new" if d["pct"] is None else f"{d['pct']:+.1f}%"] for d in moved]
-            out.append(table(["metric", base, main, "delta (main - baseline)", "change (relative to baseline)"],
+                      "new" if d["pct"] is None else f"{d['pct']:+.1f}%"] for d in diff_rows(b, m)]
+            out.append(table(["metric", base, other, f"delta ({other} - baseline)", "change (relative to baseline)"],
                              cells, title) if cells else title + "\n  nothing moved")
-        out += [f"{head}, " + _only_in(main, r) for r in only_main]
         out += [f"{head}, " + _only_in(base, r) for r in only_base]
     return "\n\n".join(out)
