@@ -104,6 +104,18 @@ def test_sanitizer_summaries():
     assert res["errors"] == 3 and res["first"][0].startswith("========= Invalid __global__ read")
     race = "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n"
     assert profiling.parse_sanitizer(race)["errors"] == 1
+    # racecheck's two-line hazard (as the H200 printed it for flash_mla_decode_v6, the second line
+    # in racecheck's documented form): both program counters kept, the mangled name cut
+    mangled = ("kernel_cutlass_flash_mla_decode_v6_kernel_mla_var3kernelcute_pythonmlaflash_mla_decodeflash_mla_decode_v6"
+               "kernelFlashMlaDecodeKernel_object_at__CopyAtom_ThrID10_TVLayoutSrc1409601_TVLayout_0")
+    two = (f"========= Error: Race reported between Write access at {mangled}+0x6b90 in kernel.py:369\n"
+           f"=========     and Read access at {mangled}+0x6c40 in kernel.py:404 [128 hazards]\n"
+           "========= RACECHECK SUMMARY: 6 hazards displayed (6 errors, 0 warnings)\n")
+    res = profiling.parse_sanitizer(two)
+    assert res["errors"] == 6
+    assert res["first"] == ["========= Error: Race reported between Write access at "
+                            "kernel_cutlass_flash_mla_decode_v6_kernel...+0x6b90 in kernel.py:369 and Read access at "
+                            "kernel_cutlass_flash_mla_decode_v6_kernel...+0x6c40 in kernel.py:404 [128 hazards]"]
     assert profiling.parse_sanitizer("Segmentation fault")["errors"] is None
 
 

@@ -274,13 +274,33 @@ def sanitizer_command(tool: str, inner_argv: list[str]) -> list[str]:
             "--target-processes", "all", sys.executable, "-m", "mla_var3.kernel", *inner_argv]
 
 
+_MANGLED = re.compile(r"(kernel_cutlass_\w*?_v\d+_[a-z]+(?:_kernel)?)\w*(\+0x[0-9a-f]+)")
+
+
+def _first_errors(lines: list[str], limit: int = 5) -> list[str]:
+    """The first error lines, each with its continuation: racecheck states a hazard as "Race
+    reported between Write access at <kernel>+<pc>" and, on the next line, "and Read access at
+    <kernel>+<pc>"; both program counters are needed to find the two instructions in the SASS.
+    CuTe DSL's mangled kernel names are cut to their readable head."""
+    out = []
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if not (re.match(r"=+\s*(Invalid|Error|ERROR|Race|Warning)", text.lstrip("="))
+                or re.search(r"=========\s+(Invalid|Race reported|Error:|Program hit)", line)):
+            continue
+        if "Race reported" in text and i + 1 < len(lines) and re.match(r"=+\s+and\s", lines[i + 1].strip()):
+            text += " " + re.sub(r"^=+\s+", "", lines[i + 1].strip())
+        out.append(_MANGLED.sub(r"\1...\2", text))
+        if len(out) == limit:
+            break
+    return out
+
+
 def parse_sanitizer(text: str) -> dict:
     """{'errors': n (None when no summary was printed), 'first': [first error lines]}."""
     m = re.search(r"ERROR SUMMARY:\s*(\d+)\s+error", text)
     hazards = re.search(r"RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s+\((\d+)\s+errors?", text)
-    first = [line.strip() for line in text.splitlines()
-             if re.match(r"=+\s*(Invalid|Error|ERROR|Race|Warning)", line.strip().lstrip("="))
-             or re.search(r"=========\s+(Invalid|Race reported|Error:|Program hit)", line)][:5]
+    first = _first_errors(text.splitlines())
     errors = int(m.group(1)) if m else None
     if hazards:
         errors = (errors or 0) + int(hazards.group(1))
