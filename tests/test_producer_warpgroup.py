@@ -45,3 +45,33 @@ def test_v8_math_warps_issue_no_tma_and_keep_their_registers(page_size, monkeypa
     # ptxas lays the producer branch out first: every TMA load between its setmaxnreg.dec and the
     # math warpgroups' setmaxnreg.inc (if a new ptxas reorders the branches, read the SASS again)
     assert loads and all(start < off < end for off in loads), (hex(start), hex(end), [hex(o) for o in loads])
+
+
+@pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
+def test_plain_v8_is_unchanged_and_timeline_build_records_the_producer(monkeypatch):
+    """The instrumentation compiles away: the plain split kernel's SASS is the code it was before
+    the timeline marks were added (fixture); the timeline build reads the SM clock and the global
+    timer, and its schema has the producer's row with its refill spans."""
+    import json
+
+    from mla_var3.runtime import cute_kernel
+    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
+    monkeypatch.setenv(cute_kernel.LINE_INFO_ENV, "0")
+    expect = json.loads((Path(__file__).parent / "fixtures" / "sass_expect_flash_mla_decode_v8_split.json").read_text())
+    plan = registry.get_plan("flash_mla_decode_v8")
+    problem = MlaDecodeProblem.default_problem()
+    assert (problem.s_q, problem.h_q, problem.page_size) == tuple(expect["problem"].values())
+    tiling = plan.default_tiling(problem)
+    assert tiling.key() == expect["tiling"]
+    inputs = problem.small_variant().make_inputs(seed=0, device="cpu")
+    plain = _split_sass(plan.plan(inputs, tiling))
+    assert sass.fingerprint(plain) == {"instructions": expect["instructions"], "sha256": expect["sha256"]}
+    assert sass.timer_reads(plain) == {}
+    inst, grid = plan.timeline_kernel(inputs, tiling, max_ctas=8)
+    assert grid == (1, 1, inputs.q.shape[0])
+    timers = sass.timer_reads(_split_sass(inst))
+    assert timers.get("SR_CLOCKLO", 0) >= 30 and timers.get("SR_GLOBALTIMERLO", 0) >= 1
+    schema = plan.timeline_schema()
+    assert schema.rows[2] == "warp 8 (producer)"
+    assert {s.name for s in schema.spans if s.rows == (2,)} >= {"wait stage 0 free", "TMA issue (stage 0)",
+                                                                "wait stage 1 free", "TMA issue (stage 1)"}

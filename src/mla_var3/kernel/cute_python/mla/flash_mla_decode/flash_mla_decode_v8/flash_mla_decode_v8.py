@@ -71,9 +71,11 @@ class FlashMlaDecodeV8(KernelPlan):
         return [FlashMlaSplitTiling(chunk=0), FlashMlaSplitTiling(block_n=128), FlashMlaSplitTiling(num_threads=256)]
 
     def _kernel(self, s_q: int, h_q: int, page_size: int, tiling: FlashMlaSplitTiling,
-                arch: str = "sm_90a") -> RuntimeKernel:
+                arch: str = "sm_90a", timeline_ctas: int = 0) -> RuntimeKernel:
         """Two stages: "split" (partials into the workspace, or out directly for one-split
-        sequences) and "combine"; the workspace is sized from shapes only."""
+        sequences) and "combine"; the workspace is sized from shapes only. `timeline_ctas` > 0:
+        the instrumented split kernel (its own compile-cache entry) recording that many CTAs
+        into the workspace's "timeline" buffer."""
         ensure_dsl_arch(arch)
         import torch
 
@@ -81,8 +83,9 @@ class FlashMlaDecodeV8(KernelPlan):
 
         def split_args(inputs, outputs, ws):
             out, lse = outputs
-            return kernel.launch_arguments(inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens,
+            args = kernel.launch_arguments(inputs.q, inputs.kv_cache, inputs.block_table, inputs.cache_seqlens,
                                            out, lse, ws, inputs.softmax_scale)
+            return args + ((ws["timeline"],) if timeline_ctas else ())
 
         def combine_args(inputs, outputs, ws):
             out, lse = outputs
@@ -91,16 +94,44 @@ class FlashMlaDecodeV8(KernelPlan):
         common = dict(kernel=self.name, tiling_key=tiling.key(), arch=arch, dtypes=(torch.bfloat16,),
                       static=(s_q, h_q, page_size))
         split = CuteKernel(stage="split", **common, fake_args=kernel.fake_arguments, launch_args=split_args,
+                           variant="timeline" if timeline_ctas else "",
                            build=lambda: kernel.FlashMlaDecodeKernel(s_q, h_q, tiling.chunk, tiling.block_n,
-                                                                     tiling.num_threads, page_size))
+                                                                     tiling.num_threads, page_size,
+                                                                     timeline=timeline_ctas > 0))
         merge = CuteKernel(stage="combine", **common, fake_args=combine.fake_arguments, launch_args=combine_args,
                            build=lambda: combine.FlashMlaCombineKernel(s_q, h_q, tiling.chunk))
-        return self.runtime(tiling, split, merge,
-                            workspace=lambda inputs: kernel.workspace(inputs.q, inputs.kv_cache, inputs.block_table,
-                                                                      tiling.chunk))
+
+        def workspace(inputs):
+            ws = kernel.workspace(inputs.q, inputs.kv_cache, inputs.block_table, tiling.chunk)
+            if timeline_ctas:
+                ws.update(kernel.timeline_workspace(inputs.q, inputs.kv_cache, inputs.block_table, tiling.chunk,
+                                                    timeline_ctas)[0])
+            return ws
+        return self.runtime(tiling, split, merge, workspace=workspace)
 
     def plan(self, inputs, tiling) -> RuntimeKernel:
         return self._kernel(inputs.s_q, inputs.h_q, int(inputs.kv_cache.shape[1]), tiling)
+
+    # ---- --prof_type=timeline: the instrumented split kernel (see kernel.py, timeline_events.py)
+    def timeline_schema(self):
+        from .timeline_events import SCHEMA
+        return SCHEMA
+
+    def timeline_kernel(self, inputs, tiling, max_ctas: int, arch: str = "sm_90a"):
+        """(runtime kernel whose workspace holds the "timeline" buffer, grid of the split kernel)."""
+        self.check_tiling(tiling, self.problem_kind.from_inputs(inputs), None)
+        kern = self._kernel(inputs.s_q, inputs.h_q, int(inputs.kv_cache.shape[1]), tiling, arch,
+                            timeline_ctas=max_ctas)
+        kern.problem = self.problem_kind.from_inputs(inputs)
+        from . import kernel
+        return kern, kernel.timeline_workspace(inputs.q, inputs.kv_cache, inputs.block_table, tiling.chunk, 1)[1]
+
+    def compile_timeline(self, problem, arch: str, tiling=None):
+        """Compile the instrumented build only (no GPU): the CompileKey of its split stage."""
+        tiling = tiling or self.default_tiling(problem)
+        kern = self._kernel(problem.s_q, problem.h_q, problem.page_size, tiling, arch, timeline_ctas=1)
+        kern.compile()
+        return kern
 
     def compile_only(self, problem, arch: str, tiling=None) -> dict:
         tiling = tiling or self.default_tiling(problem)

@@ -21,6 +21,11 @@ code except that they no longer refill, and the epilogue's CTA barrier becomes a
 of the 256 math threads (the producer may still be waiting on nothing, or done). Everything else
 - tiles, the seesaw, per-box mbarriers, the split schedule, workspace and combine - is v5's.
 
+Timeline (--prof_type=timeline): `__call__` takes an optional int64 buffer after the stream; with
+it (FlashMlaDecodeKernel(timeline=True), its own compile-cache entry) warps 0, 4 and 8 stamp
+clock64 at the phase boundaries named in timeline_events.py (`tln.mark(rec, ...)` lines below),
+the producer's refill waits and issues included. Without it every mark is a trace-time no-op.
+
 The rest of this docstring is v5's (and v4's).
 
 What v5 changed from v4 (one mechanism: pages smaller than the tile). vLLM's default block size is
@@ -98,10 +103,13 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
+from mla_var3.kernel.cute_python.common import timeline as tln
 from mla_var3.kernel.cute_python.common.online_softmax import exp_against_new_max, scale_mask_rowmax, scale_rows
 from mla_var3.kernel.cute_python.common.paged_kv import expect_tile, load_tile_pages, zero_tail_rows_named
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
+
+from .timeline_events import SCHEMA as TIMELINE
 
 D_QK = 576          # 512 latent + 64 rope
 D_V = 512           # values: the first 512 columns of the same cache rows
@@ -137,7 +145,7 @@ class FlashMlaDecodeKernel:
     """Split kernel of flash_mla_decode_v8 (constexpr config; see the module docstring)."""
 
     def __init__(self, s_q: int, h_q: int, chunk: int, block_n: int = 64, num_threads: int = 384,
-                 page_size: int = 64):
+                 page_size: int = 64, timeline: bool = False):
         if not 1 <= h_q <= 128:
             raise ValueError(f"h_q: expected 1..128, got {h_q}")
         if not 1 <= s_q <= 16:
@@ -159,12 +167,16 @@ class FlashMlaDecodeKernel:
         self.n_row_blocks = -(-self.rows // BLOCK_M)
         self.page_size = page_size
         self.pages_per_tile = TILE // page_size
+        self.timeline = timeline                     # instrumented build: __call__ takes the timeline buffer
 
     # ---------------------------------------------------------------- host side
     @cute.jit
     def __call__(self, q: cute.Tensor, kv: cute.Tensor, block_table: cute.Tensor,
                  seqlens: cute.Tensor, out: cute.Tensor, lse: cute.Tensor, o_part: cute.Tensor,
-                 lse_part: cute.Tensor, softmax_scale: cutlass.Float32, stream):
+                 lse_part: cute.Tensor, softmax_scale: cutlass.Float32, stream, timeline: cute.Tensor = None):
+        # timeline: the instrumented build's int64 buffer [ctas, 3, TIMELINE.n_slots] (see
+        # common/timeline.py); None in the plain build, whose kernel then never sees the parameter
+        assert (timeline is not None) == self.timeline, "the timeline buffer goes with timeline=True only"
         # q (b, rows, 576) -> (rows, 576, b) and kv (pages, 64, 576) -> (64, 576, pages): the
         # TMA tiler is 2-D (64, 64), so batch / page become plain coordinates of the rest mode.
         q_t = cute.make_tensor(q.iterator, cute.select(q.layout, mode=[1, 2, 0]))
@@ -219,7 +231,8 @@ class FlashMlaDecodeKernel:
         n_slots = cute.ceil_div(cute.ceil_div(block_table.shape[1], self.pages_per_tile), self.chunk)
         self.flash_mla_decode_v8_kernel(
             tma_q, q_tma, tma_k, kv_tma, block_table, seqlens, out, lse, o_part, lse_part,
-            softmax_scale * LOG2_E, mma_qk, mma_pv, sQ_l, sK_l, sV_outer, sKp_l).launch(
+            softmax_scale * LOG2_E, mma_qk, mma_pv, sQ_l, sK_l, sV_outer, sKp_l,
+            *(() if timeline is None else (timeline,))).launch(
             grid=(self.n_row_blocks, n_slots, q.shape[0]), block=(self.num_threads, 1, 1), stream=stream,
             min_blocks_per_mp=1)      # emits .minnctapersm, without which ptxas drops setmaxnreg
 
@@ -231,7 +244,7 @@ class FlashMlaDecodeKernel:
                                    lse_part: cute.Tensor, scale_log2: cutlass.Float32,
                                    mma_qk: cute.TiledMma, mma_pv: cute.TiledMma,
                                    sQ_l: cute.ComposedLayout, sK_l: cute.ComposedLayout, sV_outer: cute.Layout,
-                                   sKp_l: cute.ComposedLayout):
+                                   sKp_l: cute.ComposedLayout, tl: cute.Tensor = None):
         tidx, _, _ = cute.arch.thread_idx()
         rb, split, bidx = cute.arch.block_idx()      # row block, split, sequence
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -261,6 +274,8 @@ class FlashMlaDecodeKernel:
                     cute.arch.mbarrier_init(empty + s, 4 * NUM_WG)      # one arrival per math warp
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
+        rec = tln.Recorder.make(tl, TIMELINE, warp_idx)   # tl None: every tln call below emits nothing
+        tln.start(rec)
 
         # ---- the split schedule, from the length on the device
         seqlen = seqlens[bidx]
@@ -287,14 +302,28 @@ class FlashMlaDecodeKernel:
                         if t_begin + s < t_end:
                             load_tile_pages(tma_k, tKgK, tKsK, full, block_table, bidx, t_begin + s, seqlen, s,
                                             N_CHUNKS, self.pages_per_tile, self.page_size, self.box_bytes)
+                    tln.mark(rec, "kv_issued")
                     # then tile t into stage (t - t_begin) % 2 as soon as both math warpgroups are done
                     # with tile t - 2 (pair p - 1 of that stage: empty phase (p - 1) % 2)
                     for t in cutlass.range(t_begin + STAGES, t_end, unroll=1):
                         rel = t - t_begin
                         stage = rel % STAGES
-                        cute.arch.mbarrier_wait(empty + stage, (rel // STAGES - 1) % 2)
+                        pair = rel // STAGES
+                        if stage == 0:
+                            tln.mark(rec, "a_wait_start", pair)
+                        else:
+                            tln.mark(rec, "b_wait_start", pair)
+                        cute.arch.mbarrier_wait(empty + stage, (pair - 1) % 2)
+                        if stage == 0:
+                            tln.mark(rec, "a_wait_end", pair)
+                        else:
+                            tln.mark(rec, "b_wait_end", pair)
                         load_tile_pages(tma_k, tKgK, tKsK, full, block_table, bidx, t, seqlen, stage,
                                         N_CHUNKS, self.pages_per_tile, self.page_size, self.box_bytes)
+                        if stage == 0:
+                            tln.mark(rec, "a_issued", pair)
+                        else:
+                            tln.mark(rec, "b_issued", pair)
             else:
                 cute.arch.setmaxregister_increase(MATH_REGS)
 
@@ -332,6 +361,7 @@ class FlashMlaDecodeKernel:
                     row_lim[r] = cutlass.min(seqlen - (self.s_q - 1) + grow // self.h_q, seqlen)
 
                 cute.arch.mbarrier_wait(q_bar, 0)
+                tln.mark(rec, "q_landed")
                 tail = seqlen - (n_tiles - 1) * TILE          # valid rows of the last tile (1..64)
                 n_pairs = (t_end - t_begin + 1) // 2
 
@@ -345,6 +375,7 @@ class FlashMlaDecodeKernel:
 
                     # ---- S = Q K^T over this warpgroup's whole tile, box by box as they land
                     if mine:
+                        tln.mark(rec, "qk_start", p)
                         if t_own == n_tiles - 1:
                             if tail < TILE:
                                 for c in cutlass.range_constexpr(N_CHUNKS):
@@ -354,12 +385,16 @@ class FlashMlaDecodeKernel:
                         warpgroup.fence()
                         for c in cutlass.range_constexpr(N_CHUNKS):
                             cute.arch.mbarrier_wait(full + wg * N_CHUNKS + c, phase)
+                            tln.mark(rec, f"box{c}", p)
                             for kb in cutlass.range_constexpr(BOX // 16):
                                 cute.gemm(mma_qk, acc_s, tSrQ[(None, None, kb, c)],
                                           tSrK[(None, None, kb, wg * N_CHUNKS + c)], acc_s)
                         warpgroup.commit_group()
+                        tln.mark(rec, "qk_issued", p)
                         warpgroup.wait_group(0)
+                        tln.mark(rec, "qk_end", p)
                         scale_mask_rowmax(s_rc, c_rc, row_lim, t_own * TILE, scale_log2, tile_max)
+                        tln.mark(rec, "rowmax_end", p)
                     else:
                         acc_s.fill(-F32.inf)
                         tile_max.fill(-F32.inf)
@@ -374,22 +409,28 @@ class FlashMlaDecodeKernel:
                             if ltid % 4 == 0:
                                 x_max[c_rc[r, 0][0], 0] = row_max[r]
                                 x_scale[c_rc[r, 0][0], 0] = scale[r]
+                        tln.mark(rec, "softmax_end", p)
                         cute.arch.fence_proxy("async.shared", space="cta")
                         cute.arch.barrier_arrive(barrier_id=BAR_A, number_of_threads=256)
                         cute.arch.barrier(barrier_id=BAR_OWN, number_of_threads=128)
+                        tln.mark(rec, "own_sync", p)
                         scale_rows(o_rc, scale)
                         warpgroup.fence()
                         for kb in cutlass.range_constexpr(TILE // 16):
                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                         warpgroup.commit_group()
+                        tln.mark(rec, "pv_a_issued", p)
 
                         # ---- tile B's statistics from WG1: O_L = O_L s_B + P_B V_B[:, :256]
+                        tln.mark(rec, "wait_peer_start", p)
                         cute.arch.barrier(barrier_id=BAR_B, number_of_threads=256)
+                        tln.mark(rec, "wait_peer_end", p)
                         for r in cutlass.range_constexpr(n_rows):
                             scale[r] = x_scale[c_rc[r, 0][0], 1]
                             row_max[r] = x_max[c_rc[r, 0][0], 1]
                             row_sum[r] = row_sum[r] * scale[r]
                         warpgroup.wait_group(0)
+                        tln.mark(rec, "pv_a_end", p)
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_arrive(empty)                 # this warp is done with stage 0
                         scale_rows(o_rc, scale)
@@ -399,13 +440,17 @@ class FlashMlaDecodeKernel:
                                 cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                           tOrV[(None, None, kb, 1)], acc_o)
                             warpgroup.commit_group()
+                            tln.mark(rec, "pv_b_issued", p)
                         warpgroup.wait_group(0)
+                        tln.mark(rec, "pv_b_end", p)
                         if has_b:
                             with cute.arch.elect_one():
                                 cute.arch.mbarrier_arrive(empty + 1)
                     else:
                         # ---- tile A's statistics from WG0: O_R = O_R s_A + P_A V_A[:, 256:] (async)
+                        tln.mark(rec, "wait_peer_start", p)
                         cute.arch.barrier(barrier_id=BAR_A, number_of_threads=256)
+                        tln.mark(rec, "wait_peer_end", p)
                         for r in cutlass.range_constexpr(n_rows):
                             scale[r] = x_scale[c_rc[r, 0][0], 0]
                             row_max[r] = x_max[c_rc[r, 0][0], 0]
@@ -415,6 +460,7 @@ class FlashMlaDecodeKernel:
                         for kb in cutlass.range_constexpr(TILE // 16):
                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                         warpgroup.commit_group()
+                        tln.mark(rec, "pv_a_issued", p)
 
                         # ---- meanwhile tile B: new max over m_A, P_B, publish
                         exp_against_new_max(s_rc, row_max, row_sum, tile_max, scale)
@@ -426,12 +472,15 @@ class FlashMlaDecodeKernel:
                             if ltid % 4 == 0:
                                 x_max[c_rc[r, 0][0], 1] = row_max[r]
                                 x_scale[c_rc[r, 0][0], 1] = scale[r]
+                        tln.mark(rec, "softmax_end", p)
                         cute.arch.fence_proxy("async.shared", space="cta")
                         cute.arch.barrier_arrive(barrier_id=BAR_B, number_of_threads=256)
                         cute.arch.barrier(barrier_id=BAR_OWN + 1, number_of_threads=128)
+                        tln.mark(rec, "own_sync", p)
 
                         # ---- O_R = O_R s_B + P_B V_B[:, 256:]
                         warpgroup.wait_group(0)
+                        tln.mark(rec, "pv_a_end", p)
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_arrive(empty)                 # this warp is done with stage 0
                         scale_rows(o_rc, scale)
@@ -441,18 +490,22 @@ class FlashMlaDecodeKernel:
                                 cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                           tOrV[(None, None, kb, 1)], acc_o)
                             warpgroup.commit_group()
+                            tln.mark(rec, "pv_b_issued", p)
                             warpgroup.wait_group(0)
+                            tln.mark(rec, "pv_b_end", p)
                             with cute.arch.elect_one():
                                 cute.arch.mbarrier_arrive(empty + 1)
 
                 # ---- epilogue: O / l per row; one split -> out (bf16) and lse (natural log, +inf if
                 # no key); several -> O / l (f32) and the log2-domain lse (-inf if no key) per split
+                tln.mark(rec, "epi_start")
                 tOcO = acc_rows_cols(thr_pv.partition_C(cute.make_identity_tensor((BLOCK_M, D_V))))
                 for r in cutlass.range_constexpr(n_rows):
                     l_wg = quad_allreduce_sum(row_sum[r])          # this warpgroup's keys
                     if ltid % 4 == 0:
                         s_sum[c_rc[r, 0][0], wg] = l_wg
                 cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)   # not the producer
+                tln.mark(rec, "epi_sums")
                 for r in cutlass.range_constexpr(n_rows):
                     l_tot = s_sum[c_rc[r, 0][0], 0] + s_sum[c_rc[r, 0][0], 1]
                     inv = F32(1.0) / l_tot if l_tot > F32(0.0) else F32(0.0)
@@ -490,13 +543,15 @@ class FlashMlaDecodeKernel:
                                     if row_sum[r] > F32(0.0):
                                         lse_v = row_max[r] + cute.math.log2(row_sum[r])
                                     lse_part[bidx, split, grow] = lse_v
+                tln.mark(rec, "epi_end")
+        tln.end(rec)
 
 
 # -------------------------------------------------------------------- compile / call glue
 def fake_arguments(k: FlashMlaDecodeKernel) -> tuple:
     """Fake tensors in __call__'s order (views: q [b, s_q*h_q, 576], kv [pages, 64, 576],
     out [b, s_q*h_q, 512], o_part [b, slots, s_q*h_q, 512] f32, lse_part [b, slots, s_q*h_q] f32),
-    then the scale and an env stream."""
+    then the scale and an env stream; the timeline build adds its int64 buffer after the stream."""
     b = cute.sym_int(symbol="b")
     num_blocks = cute.sym_int(symbol="num_blocks")
     max_blocks = cute.sym_int(symbol="max_blocks")
@@ -510,8 +565,13 @@ def fake_arguments(k: FlashMlaDecodeKernel) -> tuple:
     lse = make_fake_compact_tensor(F32, (b, k.h_q, k.s_q), stride_order=rm3, assumed_align=4)
     o_part = make_fake_compact_tensor(F32, (b, slots, k.rows, D_V), stride_order=rm4, assumed_align=16)
     lse_part = make_fake_compact_tensor(F32, (b, slots, k.rows), stride_order=rm3, assumed_align=4)
-    return (q, kv, block_table, seqlens, out, lse, o_part, lse_part, F32(D_QK ** -0.5),
+    args = (q, kv, block_table, seqlens, out, lse, o_part, lse_part, F32(D_QK ** -0.5),
             make_fake_stream(use_tvm_ffi_env_stream=True))
+    if k.timeline:                                     # the instrumented build's buffer, last
+        ctas = cute.sym_int(symbol="timeline_ctas")
+        args += (make_fake_compact_tensor(cutlass.Int64, (ctas, len(TIMELINE.rows), TIMELINE.n_slots),
+                                          stride_order=rm3, assumed_align=8),)
+    return args
 
 
 def kv_page_size(kv_cache) -> int:
@@ -530,6 +590,17 @@ def workspace(q, kv_cache, block_table, chunk: int) -> dict:
     slots = n_split_slots(block_table.shape[1], chunk, page_size)
     return {"o_part": torch.empty(b, slots, s_q * h_q, D_V, dtype=torch.float32, device=q.device),
             "lse_part": torch.empty(b, slots, s_q * h_q, dtype=torch.float32, device=q.device)}
+
+
+def timeline_workspace(q, kv_cache, block_table, chunk: int, max_ctas: int) -> tuple[dict, tuple[int, int, int]]:
+    """The instrumented build's zeroed buffer [min(grid CTAs, max_ctas), 3, slots] int64 and the
+    grid (x = row block, y = split slot, z = sequence) its CTA index runs over."""
+    import torch
+    b, s_q, h_q, _ = q.shape
+    grid = (-(-(s_q * h_q) // BLOCK_M), n_split_slots(block_table.shape[1], chunk, kv_page_size(kv_cache)), b)
+    ctas = max(1, min(grid[0] * grid[1] * grid[2], max_ctas))
+    buf = torch.zeros(ctas, len(TIMELINE.rows), TIMELINE.n_slots, dtype=torch.int64, device=q.device)
+    return {"timeline": buf}, grid
 
 
 def launch_arguments(q, kv_cache, block_table, cache_seqlens, out, lse, ws, softmax_scale) -> tuple:
