@@ -541,7 +541,14 @@ def _sanitize_grid() -> list[MlaDecodeProblem]:
     return [MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(65, 130))]
 
 
-MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "pages": _pages_grid,
+def _serving_grid() -> list[MlaDecodeProblem]:
+    """The serving issue's speed targets (layers/mla/targets.py reads them from the records):
+    page 16 vs page 64 and h_q 8/16/32 vs h_q 64, at b=128, seqlen 4096, s_q 1 and 4."""
+    return [MlaDecodeProblem(b=128, s_q=s_q, h_q=h_q, seqlen=4096, page_size=page)
+            for s_q in (1, 4) for h_q in (8, 16, 32, 64, 128) for page in (64, 16)]
+
+
+MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "pages": _pages_grid, "serving": _serving_grid,
                           "smoke": _smoke_grid, "sanitize": _sanitize_grid}
 
 

@@ -1,0 +1,89 @@
+"""The serving issue's speed targets, read from bench records of the `serving` grid:
+
+- page size 16 within 10% of page size 64 for the same problem (time ratio <= 1.10);
+- h_q 8, 16 and 32 at >= 90% of the GB/s of h_q 64 at the same b, seqlen, s_q and page size.
+
+    python -m mla_var3.layers.mla.targets --records DIR|FILE... --kernel flash_mla_decode_v8
+
+Only measured cells are reported; a missing partner cell is shown as "-" (never estimated).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+PAGE_RATIO_MAX = 1.10          # page 16 time / page 64 time
+HEADS_GBPS_MIN = 0.90          # GB/s of h_q in {8, 16, 32} / GB/s of h_q 64
+SMALL_HEADS = (8, 16, 32)
+
+
+def _cells(recs: list[dict], kernel: str) -> dict[tuple, dict]:
+    """(b, seqlen, s_q, h_q, page) -> the latest bench record of `kernel` (fixed lengths only)."""
+    out = {}
+    for r in recs:
+        p = r.get("problem", {})
+        if r.get("kind") != "bench" or r.get("kernel") != kernel or p.get("varlen") or p.get("seqlens"):
+            continue
+        key = (p["b"], p["seqlen"], p["s_q"], p["h_q"], p.get("page_size", 64))
+        if key not in out or r.get("timestamp", "") >= out[key].get("timestamp", ""):
+            out[key] = r
+    return out
+
+
+def serving_targets(recs: list[dict], kernel: str) -> list[dict]:
+    """One row per measured (b, seqlen, s_q, h_q, page): its time and GB/s, the page-16 ratio (on
+    page-16 rows) and the GB/s ratio to h_q 64 (on h_q 8/16/32 rows), each with its verdict."""
+    cells = _cells(recs, kernel)
+    rows = []
+    for (b, seqlen, s_q, h_q, page), r in sorted(cells.items()):
+        row = {"b": b, "seqlen": seqlen, "s_q": s_q, "h_q": h_q, "page_size": page,
+               "us": r["time_us"]["median"], "gbps": r.get("gbps"), "page_ratio": None, "heads_ratio": None}
+        if page != 64 and (b, seqlen, s_q, h_q, 64) in cells:
+            row["page_ratio"] = row["us"] / cells[(b, seqlen, s_q, h_q, 64)]["time_us"]["median"]
+        base = cells.get((b, seqlen, s_q, 64, page))
+        if h_q in SMALL_HEADS and base is not None and base.get("gbps") and row["gbps"] is not None:
+            row["heads_ratio"] = row["gbps"] / base["gbps"]
+        row["page_ok"] = None if row["page_ratio"] is None else row["page_ratio"] <= PAGE_RATIO_MAX
+        row["heads_ok"] = None if row["heads_ratio"] is None else row["heads_ratio"] >= HEADS_GBPS_MIN
+        rows.append(row)
+    return rows
+
+
+def format_targets(rows: list[dict], kernel: str) -> str:
+    def verdict(value, ok, fmt):
+        return "-" if value is None else f"{fmt.format(value)} {'ok' if ok else 'MISS'}"
+    head = ("b", "seqlen", "s_q", "h_q", "page", "us", "GB/s", f"page16/64 (<= {PAGE_RATIO_MAX:.2f})",
+            f"GB/s vs h_q 64 (>= {HEADS_GBPS_MIN:.2f})")
+    cells = [(str(r["b"]), str(r["seqlen"]), str(r["s_q"]), str(r["h_q"]), str(r["page_size"]), f"{r['us']:.1f}",
+              "-" if r["gbps"] is None else f"{r['gbps']:.0f}", verdict(r["page_ratio"], r["page_ok"], "{:.2f}x"),
+              verdict(r["heads_ratio"], r["heads_ok"], "{:.2f}")) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
+    misses = sum(1 for r in rows for k in ("page_ok", "heads_ok") if r[k] is False)
+    checked = sum(1 for r in rows for k in ("page_ok", "heads_ok") if r[k] is not None)
+    return "\n".join([f"serving targets for {kernel}: {checked - misses}/{checked} met", line(head),
+                      line(["-" * w for w in widths]), *(line(c) for c in cells)])
+
+
+def main(argv=None) -> int:
+    from mla_var3.errors import MlaVar3Error
+    from mla_var3.runtime import records
+    ap = argparse.ArgumentParser(prog="python -m mla_var3.layers.mla.targets", description=__doc__.splitlines()[0])
+    ap.add_argument("--records", required=True, nargs="+", help="records.jsonl files or directories")
+    ap.add_argument("--kernel", required=True, help="the version whose cells are checked")
+    args = ap.parse_args(argv)
+    try:
+        rows = serving_targets(records.load(args.records), args.kernel)
+    except MlaVar3Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"error: no fixed-length bench records of {args.kernel} in {' '.join(args.records)} "
+              f"(measure them with: python -m mla_var3.kernel {args.kernel} --grid=serving)", file=sys.stderr)
+        return 2
+    print(format_targets(rows, args.kernel))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
