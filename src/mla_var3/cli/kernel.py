@@ -167,10 +167,23 @@ def compile_shapes(problems) -> list:
     return list(seen.values())
 
 
+def compile_problems(plan, problems) -> list:
+    """One problem per distinct (static key, default tiling) - what a run of these problems
+    compiles (a default tiling may depend on the lengths, e.g. the split length)."""
+    seen = {}
+    for p in problems:
+        try:
+            tiling = "" if plan.supports(p) else plan.default_tiling(p).key()
+        except Exception:                 # the compile below reports it
+            tiling = ""
+        seen.setdefault((p.static_key(), tiling), p)
+    return list(seen.values())
+
+
 def cmd_compile_only(names, problems, args, kind) -> int:
-    from mla_var3.runtime import devices, registry
+    from mla_var3.runtime import aot_cache, devices, registry
     devices.check_arch_name(args.arch)
-    shapes = compile_shapes(problems or kind.grid("check"))
+    problems = problems or kind.grid(args.grid or "check")
     failed, wrong_arch = 0, []
     for name in names:
         plan = registry.get_plan(name)
@@ -178,6 +191,8 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
             wrong_arch.append(name)
             continue
+        # with the AOT cache every build a run of these problems needs, else one per static shape
+        shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
         for p in shapes:
             label = f"{name} {p.static_key()}"
             reasons = plan.supports(p)

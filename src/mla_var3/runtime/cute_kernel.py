@@ -8,6 +8,9 @@ time on the H200, against ~233 us for the from_dlpack path) on the caller's curr
 Line info (`--lineinfo` on the CLI): `enable_line_info()` sets MLA_VAR3_LINEINFO=1 for this
 process and the ones it starts (the ncu inner run, autotune trials); every CuteKernel built while
 it is set appends `--generate-line-info` to its options, so it is part of the compile key.
+
+With MLA_VAR3_AOT_DIR set, a compile first looks for the key's entry on disk and stores what it
+compiled there (runtime/aot_cache.py): compile on a CPU machine, run on the GPU machine.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from mla_var3.errors import DeviceError
+from mla_var3.runtime import aot_cache
 from mla_var3.runtime.runtime_kernel import Stage
 
 DEFAULT_ARCH = "sm_90a"
@@ -96,9 +100,12 @@ class CuteKernel(Stage):
             ensure_dsl_arch(self.key.arch)
             import cutlass.cute as cute
             obj = self.build()
-            t0 = time.perf_counter()
-            fn = cute.compile(obj, *self.fake_args(obj), options=self.key.options)
-            COMPILE_LOG.append((self.key, time.perf_counter() - t0))
+            fn = aot_cache.load(self.key, obj)          # MLA_VAR3_AOT_DIR: compiled earlier, maybe elsewhere
+            if fn is None:
+                t0 = time.perf_counter()
+                fn = cute.compile(obj, *self.fake_args(obj), options=self.key.options)
+                COMPILE_LOG.append((self.key, time.perf_counter() - t0))
+                aot_cache.store(self.key, obj, fn)
             _CACHE[self.key] = fn
         return fn
 

@@ -1,0 +1,100 @@
+"""Ahead-of-time compile cache on disk for CuTe DSL stages (opt-in: MLA_VAR3_AOT_DIR=<dir>).
+
+Why: CuTe DSL compiles the same way with or without a GPU, and a `--check` of an MLA version spends
+most of its time compiling (one build per static shape and split length, ~3-5 s each), which on
+the lent GPU machine is device time. With the cache, compile here (`--compile-only` with the
+same problems), carry the directory, and the GPU run loads each compiled function instead.
+
+An entry is `<dir>/<kernel>-<stage>-<digest>.o` (the TVM-FFI function exported with
+`export_to_c`) and a `.json` beside it saying what it is. The digest covers the whole CompileKey
+(kernel, stage, tiling, dtypes, static dims, arch, options, variant), the nvidia-cutlass-dsl
+version and the source of the kernel's package plus `cute_python/common/`, so an edit or a DSL
+upgrade is a miss, never a stale kernel. Builds that keep artifacts (`--keep-*`, `--dump-dir`:
+`--dump`) never use it. An entry that fails to load is ignored (the stage compiles as usual)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+AOT_ENV = "MLA_VAR3_AOT_DIR"
+COMMON_DIR = Path(__file__).resolve().parents[1] / "kernel" / "cute_python" / "common"
+LOADED: list = []                   # CompileKeys served from disk in this process (for tests and logs)
+_SOURCE_DIGESTS: dict[Path, str] = {}
+
+
+def directory() -> Path | None:
+    path = os.environ.get(AOT_ENV, "")
+    return Path(path) if path else None
+
+
+def usable(key) -> bool:
+    """Whether a build with this key may be cached: not the artifact-keeping builds of --dump."""
+    return directory() is not None and "--keep-" not in key.options and "--dump-dir" not in key.options
+
+
+def _dsl_version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("nvidia-cutlass-dsl")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def source_digest(obj) -> str:
+    """sha256 over the .py files of the package that defines `obj`'s class and of cute_python/common."""
+    module = sys.modules.get(type(obj).__module__)
+    folder = Path(module.__file__).resolve().parent if module is not None and getattr(module, "__file__", None) else None
+    if folder not in _SOURCE_DIGESTS:
+        h = hashlib.sha256()
+        for d in (folder, COMMON_DIR):
+            for f in sorted(d.glob("*.py")) if d is not None and d.is_dir() else ():
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+        _SOURCE_DIGESTS[folder] = h.hexdigest()
+    return _SOURCE_DIGESTS[folder]
+
+
+def describe(key, obj) -> dict:
+    return {"kernel": key.kernel, "stage": key.stage, "tiling": key.tiling, "dtypes": list(key.dtypes),
+            "static": [repr(s) for s in key.static], "arch": key.arch, "options": key.options,
+            "variant": key.variant, "nvidia_cutlass_dsl": _dsl_version(), "source": source_digest(obj)}
+
+
+def entry(key, obj) -> tuple[Path, str]:
+    """(object file path, exported function name) of this key's entry."""
+    digest = hashlib.sha256(json.dumps(describe(key, obj), sort_keys=True).encode()).hexdigest()[:24]
+    safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in f"{key.kernel}-{key.stage}")
+    return directory() / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
+
+
+def load(key, obj):
+    """The cached compiled function for `key`, or None (no cache, no entry, or it did not load)."""
+    if not usable(key):
+        return None
+    path, name = entry(key, obj)
+    if not path.is_file():
+        return None
+    try:
+        import cutlass.runtime
+        fn = getattr(cutlass.runtime.load_module(str(path), enable_tvm_ffi=True), name)
+    except Exception as ex:             # a corrupt or foreign entry: compile instead, say so once
+        print(f"aot cache: {path.name} did not load ({type(ex).__name__}); compiling", file=sys.stderr)
+        return None
+    LOADED.append(key)
+    return fn
+
+
+def store(key, obj, fn) -> Path | None:
+    """Export `fn` (a TVM-FFI compiled function) as this key's entry; None when not cached."""
+    if not usable(key) or not hasattr(fn, "export_to_c"):
+        return None
+    path, name = entry(key, obj)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.o")
+    fn.export_to_c(str(tmp), function_name=name)
+    os.replace(tmp, path)                # never a half-written entry under the real name
+    path.with_suffix(".json").write_text(json.dumps({**describe(key, obj), "function": name}, indent=1))
+    return path
