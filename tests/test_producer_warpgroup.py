@@ -8,20 +8,9 @@ import pytest
 
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import kernel_plan, registry, sass
+from compiled_sass import split_sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
-
-
-def _split_sass(kern) -> str:
-    import tempfile
-
-    from mla_var3.runtime import artifacts
-    split = next(s for s in kern.stages if s.name == "split")
-    arts = artifacts.stage_artifacts(split, "sm_90a")
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "split.cubin"
-        cubin.write_bytes(arts.files["cubin"])
-        return sass.disassemble(cubin, sass.find_disassemblers())[0]
 
 
 def _offsets(text: str, opcode: str) -> list[int]:
@@ -35,7 +24,7 @@ def test_v8_math_warps_issue_no_tma_and_keep_their_registers(page_size, monkeypa
     plan = registry.get_plan("flash_mla_decode_v8")
     problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(65, 300), page_size=page_size)
     inputs = problem.make_inputs(seed=0, device="cpu")
-    text = _split_sass(plan.plan(inputs, plan.default_tiling(problem)))
+    text = split_sass(plan.plan(inputs, plan.default_tiling(problem)))
     dealloc = re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", text)
     alloc = re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", text)
     assert [int(x, 16) for x in dealloc] == [40] and [int(x, 16) for x in alloc] == [232]
@@ -64,12 +53,12 @@ def test_plain_v8_is_unchanged_and_timeline_build_records_the_producer(monkeypat
     tiling = plan.default_tiling(problem)
     assert tiling.key() == expect["tiling"]
     inputs = problem.small_variant().make_inputs(seed=0, device="cpu")
-    plain = _split_sass(plan.plan(inputs, tiling))
+    plain = split_sass(plan.plan(inputs, tiling))
     assert sass.fingerprint(plain) == {"instructions": expect["instructions"], "sha256": expect["sha256"]}
     assert sass.timer_reads(plain) == {}
     inst, grid = plan.timeline_kernel(inputs, tiling, max_ctas=8)
     assert grid == (1, 1, inputs.q.shape[0])
-    timers = sass.timer_reads(_split_sass(inst))
+    timers = sass.timer_reads(split_sass(inst))
     assert timers.get("SR_CLOCKLO", 0) >= 30 and timers.get("SR_GLOBALTIMERLO", 0) >= 1
     schema = plan.timeline_schema()
     assert schema.rows[2] == "warp 8 (producer)"

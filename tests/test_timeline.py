@@ -11,6 +11,7 @@ import pytest
 from mla_var3.cli.kernel import main
 from mla_var3.runtime import sass, timeline
 from mla_var3.runtime.timeline import HEADER, Schema, Span
+from compiled_sass import split_sass
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
@@ -173,18 +174,6 @@ def test_timer_resolution_from_probe_samples():
 
 # ---- the instrumentation toggle (compiles on the CPU) -------------------------------------------
 
-def _split_sass(kern) -> str:
-    import tempfile
-
-    from mla_var3.runtime import artifacts
-    split = next(s for s in kern.stages if s.name == "split")
-    arts = artifacts.stage_artifacts(split, "sm_90a")
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "split.cubin"
-        cubin.write_bytes(arts.files["cubin"])
-        return sass.disassemble(cubin, sass.find_disassemblers())[0]
-
-
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 def test_plain_v4_is_unchanged_and_timeline_build_reads_the_timers(monkeypatch):
     from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -199,7 +188,7 @@ def test_plain_v4_is_unchanged_and_timeline_build_reads_the_timers(monkeypatch):
     inputs = problem.small_variant().make_inputs(seed=0, device="cpu")
 
     plain = plan.plan(inputs, tiling)
-    text = _split_sass(plain)
+    text = split_sass(plain)
     assert sass.fingerprint(text) == {"instructions": expect["instructions"], "sha256": expect["sha256"]}
     assert sass.timer_reads(text) == {}
 
@@ -208,7 +197,7 @@ def test_plain_v4_is_unchanged_and_timeline_build_reads_the_timers(monkeypatch):
     keys = {s.name: s.key for s in inst.stages}
     assert keys["split"].variant == "timeline" and keys["split"] != plain.stages[0].key
     assert keys["combine"] == plain.stages[1].key                      # the combine kernel is not instrumented
-    timers = sass.timer_reads(_split_sass(inst))
+    timers = sass.timer_reads(split_sass(inst))
     assert timers.get("SR_CLOCKLO", 0) >= 30 and timers.get("SR_GLOBALTIMERLO", 0) >= 1
 
 
