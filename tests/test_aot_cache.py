@@ -76,3 +76,23 @@ def test_compile_only_with_the_cache_builds_what_a_check_would(monkeypatch, tmp_
     probs = [MlaDecodeProblem(b=2, seqlen=64), MlaDecodeProblem(b=2, seqlen=20000), MlaDecodeProblem(b=2, seqlen=65)]
     assert len({plan.default_tiling(p).key() for p in probs}) == 2
     assert len(compile_shapes(probs)) == 1 and len(compile_problems(plan, probs)) == 2
+
+
+@pytest.mark.gpu
+def test_a_loaded_entry_runs_like_the_compiled_kernel(aot_dir):
+    """The point of the cache: a function loaded from disk launches on the GPU, on the caller's
+    stream, with the same result as a fresh compile - here on a side stream, so a launch that
+    ignored the current stream would be caught by the check before the sync."""
+    k = _stage(alpha=3.0)
+    k.compile()                                   # stored
+    cute_kernel.clear_cache()
+    x = torch.randn(100_000, device="cuda")
+    y = torch.randn(100_000, device="cuda")
+    expect = 3.0 * x + y
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        _stage(alpha=3.0).launch(x, y)            # loaded, not compiled
+        done = y.clone()                          # ordered after the launch on the same stream
+    torch.cuda.synchronize()
+    assert aot_cache.LOADED == [k.key]
+    torch.testing.assert_close(done, expect)
