@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 AOT_ENV = "MLA_VAR3_AOT_DIR"
@@ -35,6 +36,7 @@ def usable(key) -> bool:
     return directory() is not None and "--keep-" not in key.options and "--dump-dir" not in key.options
 
 
+@lru_cache(maxsize=1)
 def _dsl_version() -> str:
     from importlib import metadata
     try:

@@ -50,19 +50,19 @@ def serving_targets(recs: list[dict], kernel: str) -> list[dict]:
 
 
 def format_targets(rows: list[dict], kernel: str) -> str:
+    from mla_var3.report import text_table
+
     def verdict(value, ok, fmt):
         return "-" if value is None else f"{fmt.format(value)} {'ok' if ok else 'MISS'}"
-    head = ("b", "seqlen", "s_q", "h_q", "page", "us", "GB/s", f"page16/64 (<= {PAGE_RATIO_MAX:.2f})",
-            f"GB/s vs h_q 64 (>= {HEADS_GBPS_MIN:.2f})")
-    cells = [(str(r["b"]), str(r["seqlen"]), str(r["s_q"]), str(r["h_q"]), str(r["page_size"]), f"{r['us']:.1f}",
-              "-" if r["gbps"] is None else f"{r['gbps']:.0f}", verdict(r["page_ratio"], r["page_ok"], "{:.2f}x"),
-              verdict(r["heads_ratio"], r["heads_ok"], "{:.2f}")) for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
+    page_col, heads_col = f"page16/64 (<= {PAGE_RATIO_MAX:.2f})", f"GB/s vs h_q 64 (>= {HEADS_GBPS_MIN:.2f})"
+    cells = [{"b": r["b"], "seqlen": r["seqlen"], "s_q": r["s_q"], "h_q": r["h_q"], "page": r["page_size"],
+              "us": f"{r['us']:.1f}", "GB/s": "-" if r["gbps"] is None else f"{r['gbps']:.0f}",
+              page_col: verdict(r["page_ratio"], r["page_ok"], "{:.2f}x"),
+              heads_col: verdict(r["heads_ratio"], r["heads_ok"], "{:.2f}")} for r in rows]
     misses = sum(1 for r in rows for k in ("page_ok", "heads_ok") if r[k] is False)
     checked = sum(1 for r in rows for k in ("page_ok", "heads_ok") if r[k] is not None)
-    return "\n".join([f"serving targets for {kernel}: {checked - misses}/{checked} met", line(head),
-                      line(["-" * w for w in widths]), *(line(c) for c in cells)])
+    columns = ("b", "seqlen", "s_q", "h_q", "page", "us", "GB/s", page_col, heads_col)
+    return f"serving targets for {kernel}: {checked - misses}/{checked} met\n" + text_table(cells, columns)
 
 
 def main(argv=None) -> int:
