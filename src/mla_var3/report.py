@@ -52,13 +52,22 @@ def markdown_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
     return "\n".join(lines)
 
 
+def aligned_table(heads, cells, title: str | None = None) -> str:
+    """Plain-text table: each column padded to its widest cell, two spaces apart, a dashed rule
+    under the heads, trailing blanks dropped; `title` (if any) on the first line. Every console
+    table of the project (bench, ncu, timeline, serving targets) is printed through it."""
+    heads = [str(h) for h in heads]
+    cells = [[str(v) for v in c] for c in cells]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    return "\n".join(([title] if title is not None else []) + [line(heads), line(["-" * w for w in widths])]
+                     + [line(c) for c in cells])
+
+
 def text_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
     if not rows:
         return "(no rows)"
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    fmt = lambda vals: "  ".join(str(v).ljust(widths[c]) for c, v in zip(columns, vals))  # noqa: E731
-    return "\n".join([fmt(columns), fmt(["-" * widths[c] for c in columns])]
-                     + [fmt([r.get(c, "") for c in columns]) for r in rows])
+    return aligned_table(columns, [[r.get(c, "") for c in columns] for r in rows])
 
 
 def peer_rows(recs: list[dict]) -> list[dict]:

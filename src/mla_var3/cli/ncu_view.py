@@ -41,9 +41,8 @@ def fmt(v) -> str:
 
 
 def table(heads: list[str], cells: list[list[str]], title: str) -> str:
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
-    return "\n".join([title, line(heads), line(["-" * w for w in widths])] + [line(c) for c in cells])
+    from mla_var3.report import aligned_table
+    return aligned_table(heads, cells, title)
 
 
 def format_detail(rows: list[dict]) -> str:

@@ -149,12 +149,9 @@ def format_ncu_table(rows: list[dict], problem) -> str:
         return str(v)
     cells = [[fmt(profiling.short_kernel_name(r[k]) if k == "kernel_name" else r.get(k)) for _, k in NCU_HEADERS]
              for r in rows]
-    heads = [h for h, _ in NCU_HEADERS]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
-    out = [f"ncu --clock-control none, {problem.key()} (median of launches per kernel)", line(heads),
-           line(["-" * w for w in widths])]
-    return "\n".join(out + [line(c) for c in cells])
+    from mla_var3.report import aligned_table
+    return aligned_table([h for h, _ in NCU_HEADERS], cells,
+                         f"ncu --clock-control none, {problem.key()} (median of launches per kernel)")
 
 
 def cmd_sanitize(names, problems, args, kind) -> int:

@@ -255,9 +255,8 @@ def format_summary(rows: list[dict], title: str) -> str:
     heads = ("span", "row", "n", "median cyc", "median ns", "% of CTA time")
     cells = [(r["span"], r["row"], str(r["n"]), f"{r['median_cycles']:.0f}", f"{r['median_ns']:.0f}",
               f"{r['total_pct']:.1f}") for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(heads)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
-    return "\n".join([title, line(heads), line(["-" * w for w in widths])] + [line(c) for c in cells])
+    from mla_var3.report import aligned_table
+    return aligned_table(heads, cells, title)
 
 
 # ---- the globaltimer probe ---------------------------------------------------------------------------
