@@ -34,7 +34,13 @@ def test_a_compile_is_stored_and_a_later_one_loads_it(aot_dir):
     cute_kernel.clear_cache()                      # a new process: only the disk is left
     fn = _stage().compile()
     assert aot_cache.LOADED == [k.key] and len(cute_kernel.COMPILE_LOG) == compiles
-    assert callable(fn) and type(fn).__module__.startswith("tvm_ffi")
+    assert isinstance(fn, aot_cache.FilledCall) and type(fn.fn).__module__.startswith("tvm_ffi")
+    # the exported function wants `probe` too; called as the launch calls it (x, y), it gets past
+    # the arity check and stops only at the device check (CPU tensors here)
+    with pytest.raises(TypeError, match="Expects 3 parameters"):
+        fn.fn(torch.randn(8), torch.randn(8))
+    with pytest.raises(ValueError, match="expected device_type=cuda"):
+        fn(torch.randn(8), torch.randn(8))
 
 
 def test_an_edit_of_the_kernel_source_is_a_miss(aot_dir, monkeypatch):
@@ -76,6 +82,25 @@ def test_compile_only_with_the_cache_builds_what_a_check_would(monkeypatch, tmp_
     probs = [MlaDecodeProblem(b=2, seqlen=64), MlaDecodeProblem(b=2, seqlen=20000), MlaDecodeProblem(b=2, seqlen=65)]
     assert len({plan.default_tiling(p).key() for p in probs}) == 2
     assert len(compile_shapes(probs)) == 1 and len(compile_problems(plan, probs)) == 2
+
+
+def test_a_loaded_entry_gets_the_trailing_defaults_the_exported_function_requires():
+    """Found on the H200: the exported function lists `timeline=None` as a parameter and refused
+    the launch's 9 arguments ("Expects 10 parameters"); a loaded entry appends the defaults."""
+    class Kern:
+        def __call__(self, a, b, stream, timeline=None, flag=0):
+            pass
+    obj = Kern()
+    assert aot_cache.trailing_defaults(obj, ("A", "B", "S")) == (None, 0)
+    assert aot_cache.trailing_defaults(obj, ("A", "B", "S", "T", 1)) == ()
+    seen = []
+    aot_cache.FilledCall(lambda *a: seen.append(a), (None, 0))("a", "b")
+    assert seen == [("a", "b", None, 0)]
+
+    class NoDefault:
+        def __call__(self, a, b, stream, must):
+            pass
+    assert aot_cache.trailing_defaults(NoDefault(), ("A", "B", "S")) == ()
 
 
 @pytest.mark.gpu

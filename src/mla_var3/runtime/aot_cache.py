@@ -89,6 +89,30 @@ def load(key, obj):
     return fn
 
 
+def trailing_defaults(obj, fake_args: tuple) -> tuple:
+    """Defaults of the `__call__` parameters after the last fake argument (e.g. `timeline=None`).
+
+    Why: a function compiled in this process fills an omitted trailing default itself, but the
+    exported one lists every parameter (env streams excepted) and refuses a shorter call."""
+    import inspect
+    params = [p for p in inspect.signature(obj.__call__).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    rest = params[len(fake_args):]
+    if any(p.default is inspect.Parameter.empty for p in rest):
+        return ()
+    return tuple(p.default for p in rest)
+
+
+class FilledCall:
+    """A loaded entry called with the trailing defaults appended, as the in-process function would."""
+
+    def __init__(self, fn, defaults: tuple):
+        self.fn, self.defaults = fn, defaults
+
+    def __call__(self, *args):
+        return self.fn(*args, *self.defaults)
+
+
 def store(key, obj, fn) -> Path | None:
     """Export `fn` (a TVM-FFI compiled function) as this key's entry; None when not cached."""
     if not usable(key) or not hasattr(fn, "export_to_c"):
