@@ -446,14 +446,14 @@ def _graph_replays_with_new_lengths(problem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_SHAPES, ids=GPU_IDS)
 def test_gpu_eager_matches_the_reference_through_the_preferred_kernel(problem):
-    """The fastest measured CuTe DSL version that takes the problem: v4 for page 64, v5 for
-    pages of 16 or 32 (v4 maps one TMA box per 64-row page)."""
+    """The fastest measured CuTe DSL version that takes the problem: v9 (it runs every page size;
+    v4, next in the order, maps one TMA box per 64-row page)."""
     x = problem.make_inputs(seed=1, device="cuda")
     _assert_matches(problem, x, _call(x))
     used = ops.kernels_in_use()[0]["kernel"]
     assert used == _preferred(problem), f"expected {_preferred(problem)}, the op chose {used}"
-    if _usable(registry.get_plan("flash_mla_decode_v5")):
-        assert used == ("flash_mla_decode_v4" if problem.page_size == 64 else "flash_mla_decode_v5")
+    if _usable(registry.get_plan("flash_mla_decode_v9")):
+        assert used == "flash_mla_decode_v9"
 
 
 @pytest.mark.gpu
@@ -520,8 +520,8 @@ def test_gpu_misaligned_q_is_refused():
 
 def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(monkeypatch):
     """conf/ops/mla_decode_order.json lists real mla_decode versions of its language, each once;
-    the op tries them in that order (v4 before the newer but slower v7), then unlisted versions
-    newest first."""
+    the op tries them in that order (v4 before the newer but slower v7 and v8), then unlisted
+    versions newest first."""
     order = op_impl.measured_order()
     for language, names in order.items():
         assert len(set(names)) == len(names), names
@@ -531,6 +531,7 @@ def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(m
             assert entry.load().problem_kind is mla.MlaDecodeProblem
     cute = order["cute-dsl"]
     assert cute.index("flash_mla_decode_v4") < cute.index("flash_mla_decode_v7")
+    assert cute.index("flash_mla_decode_v4") < cute.index("flash_mla_decode_v8")
     assert op_impl.preference("cute-dsl", "flash_mla_decode_v4") < op_impl.preference("cute-dsl", "flash_mla_decode_v7")
     assert op_impl.preference("cute-dsl", "flash_mla_decode_v99") > op_impl.preference("cute-dsl", cute[-1])
     assert op_impl.preference("cutile", "ct_flash_mla_decode_v3") == (1, 0)     # unlisted: newest first

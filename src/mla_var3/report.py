@@ -70,14 +70,21 @@ def text_table(rows: list[dict], columns=BENCH_COLUMNS) -> str:
     return aligned_table(columns, [[r.get(c, "") for c in columns] for r in rows])
 
 
+def live_peer_problems(recs: list[dict]) -> set[str]:
+    """Problem keys on which a peer ran live (a bench record of language "peer"): there the stored
+    reference rows would only repeat FlashMLA with older numbers, so they are left out."""
+    return {r["problem_key"] for r in recs if r.get("kind") == "bench" and r.get("language") == "peer"}
+
+
 def peer_rows(recs: list[dict]) -> list[dict]:
     """Peer reference rows (kind "peer") for the problems of bench records, on the GPU the
-    records name; the problem kind of each record says where its peers come from."""
+    records name, except where the peer ran live in these records; the problem kind of each
+    record says where its peers come from."""
     from dataclasses import replace
 
     from mla_var3.layers import problem_kind
     from mla_var3.runtime import devices
-    out, seen = [], set()
+    out, seen = [], live_peer_problems(recs)
     for r in recs:
         gpu = (r.get("env") or {}).get("gpu")
         if r.get("kind") != "bench" or not gpu or r["problem_key"] in seen:

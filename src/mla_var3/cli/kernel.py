@@ -292,7 +292,7 @@ def cmd_bench(names, problems, args, kind) -> int:
             records.append(rec, args.records)
             recs.append(rec)
             print(f"  {name:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
-        if args.compare:
+        if args.compare and problem.key() not in report.live_peer_problems(recs):
             recs += problem.peer_records(device)
     print()
     print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))

@@ -52,7 +52,6 @@ class FlashMlaDecodeV9(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v8 with a coalesced epilogue (O through shared memory, 16-byte row stores)"
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
