@@ -18,7 +18,7 @@ REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 CODE = re.compile(r"`[^`\n]*`")
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)        # https:, mailto:, ...
-RECORD = re.compile(r"records/([A-Za-z0-9_.\-]+\.jsonl?)\b")
+RECORD = re.compile(r"records/([A-Za-z0-9_.\-]+\.jsonl?(?:\.gz)?)")
 NUMBERED_SOURCE = re.compile(r"^\s*\[\d+\]\s+\S", re.M)
 
 
@@ -77,4 +77,4 @@ def test_every_knowledge_entry_cites_a_record_or_a_numbered_source(entry):
     missing = [r for r in records if not (ROOT / "records" / r).is_file()]
     assert not missing, f"{rel(entry)} cites records that do not exist: {missing}"
     assert records or NUMBERED_SOURCE.search(text), (
-        f"{rel(entry)}: cites no run record (records/<file>.jsonl) and no numbered source ([1] ...)")
+        f"{rel(entry)}: cites no run record (records/<file>.jsonl.gz) and no numbered source ([1] ...)")

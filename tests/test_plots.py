@@ -12,7 +12,7 @@ from mla_var3.runtime import records
 
 RECORDS = Path(__file__).resolve().parents[1] / "records"
 # the v1 comparison on the bench grid: 36 problems x 3 kernels (other committed files add sweeps)
-BENCH_RECORDS = RECORDS / "2026-11-29-h200-bench-compare-v1.jsonl"
+BENCH_RECORDS = RECORDS / "2026-11-29-h200-bench-compare-v1.jsonl.gz"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GPU = "NVIDIA H200"
 
@@ -107,9 +107,7 @@ def test_roofline_committed(committed, tmp_path):
 def test_a_gemm_design_plots_only_gemm_records(tmp_path):
     """A design's plots keep its own problem kind: GEMM points, no MLA baselines, no MLA
     (s_q x h_q) axis or fixed/varlen panels; the bandwidth slope stays in view."""
-    recs = []
-    for p in sorted((Path(__file__).resolve().parents[1] / "records").glob("*.jsonl")):
-        recs += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    recs = records.load(Path(__file__).resolve().parents[1] / "records")
     assert any(r.get("problem_kind") == "gemm" for r in recs)
     pts = plots._select(recs, "gemm", None)
     assert pts and all(r.get("problem_kind") == "gemm" for r in pts)
@@ -212,7 +210,8 @@ def test_report_cli_plots(tmp_path, capsys):
     assert report.main(["--records", str(RECORDS), "--design", "flash_mla_decode", "--plots", "--peers",
                         "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "| kernel |" in text and "FlashMLA" in text
+    # --peers: FlashMLA's rows, live (flashmla_decode_v1) where it ran in these records, else stored
+    assert "| kernel |" in text and ("| flashmla_decode_v1 |" in text or "| FlashMLA, measured" in text)
     assert "![flash_mla_decode roofline](flash_mla_decode_roofline.png)" in text
     assert "![flash_mla_decode progress](flash_mla_decode_progress.png)" in text
     for name in ("flash_mla_decode_roofline.png", "flash_mla_decode_progress.png"):

@@ -65,6 +65,24 @@ def test_devlog_keeps_good_records_of_a_corrupt_file(tmp_path, monkeypatch, caps
     assert "| torch_mla_decode_v1 |" in text and "| 20.0 |" in text          # the newer good record
 
 
+def test_gzipped_records_load_like_plain_ones_and_a_broken_archive_is_one_warning(tmp_path, capsys):
+    """The repository keeps its records gzipped (records/*.jsonl.gz: every GPU call ships the
+    tree); a directory's .jsonl and .jsonl.gz files load alike, a truncated archive is skipped
+    with one warning naming it, and named directly it is a one-line error."""
+    import gzip
+    records.append(_record(), tmp_path)
+    good = _record(time_us={"median": 20.0, "min": 19.0, "max": 21.0, "n": 10})
+    (tmp_path / "old.jsonl.gz").write_bytes(gzip.compress((json.dumps(good) + "\n").encode()))
+    assert len(records.load(tmp_path)) == 2 and records.load(tmp_path / "old.jsonl.gz") == [json.loads(json.dumps(good))]
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"kind": "bench"}\n' * 50)[:20])
+    assert len(records.load(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"warning: records: cannot read {tmp_path / 'cut.jsonl.gz'}") and err.endswith("skipped")
+    with pytest.raises(records.RecordError, match="cannot read"):
+        records.load(tmp_path / "cut.jsonl.gz")
+    assert len(records.load(ROOT / "records")) > 1000      # the committed archive reads
+
+
 def test_load_non_text_file_in_a_directory_is_skipped_with_a_warning(tmp_path, capsys):
     records.append(_record(), tmp_path)
     (tmp_path / "image.jsonl").write_bytes(PNG)

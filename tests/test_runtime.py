@@ -177,12 +177,11 @@ def test_peer_rows_match_flashmla_configs():
 def test_stored_flashmla_rows_only_where_flashmla_did_not_run_live():
     """A devlog of a run with FlashMLA live had each problem twice (live row and the CSV's older
     row); the CSV rows now fill in only the problems without a live peer record."""
-    import json
     from pathlib import Path
 
     from mla_var3 import report
-    path = Path(__file__).resolve().parents[1] / "records" / "2026-12-01-h200-flash_mla_decode_v9-grid.jsonl"
-    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    path = Path(__file__).resolve().parents[1] / "records" / "2026-12-01-h200-flash_mla_decode_v9-grid.jsonl.gz"
+    recs = records.load(path)
     live = report.live_peer_problems(recs)
     assert len(live) == 36 and report.peer_rows(recs) == []
     ours = [r for r in recs if r["language"] != "peer"]

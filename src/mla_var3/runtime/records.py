@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import gzip
 import json
 import os
 import platform
 import subprocess
 import sys
+import zlib
 from importlib import metadata
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from mla_var3.errors import RecordError
 
 SCHEMA_VERSION = 1
 RECORDS_FILE = "records.jsonl"
+RECORD_GLOBS = ("*.jsonl", "*.jsonl.gz")   # a run writes .jsonl; the repository keeps them gzipped (small to ship)
 REQUIRED_KEYS = {
     "schema": int, "kind": str, "timestamp": str, "kernel": str, "version": int, "design": str,
     "language": str, "tiling": dict, "problem": dict, "problem_key": str, "env": dict,
@@ -163,8 +166,10 @@ def read_file(path: str | os.PathLike) -> tuple[list[dict], list[tuple[int, str,
     path = Path(path)
     try:
         data = path.read_bytes()
-    except OSError as e:
-        raise RecordError(f"records: cannot read {path} ({e.strerror or e})") from None
+        if path.suffix == ".gz":        # archived records (records/ in the repository): gzip-compressed JSON lines
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise RecordError(f"records: cannot read {path} ({getattr(e, 'strerror', None) or e})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -195,8 +200,8 @@ def warn_bad(path, bad) -> None:
 
 
 def load(paths) -> list[dict]:
-    """Records from files or directories (a directory means its *.jsonl files, records.jsonl
-    among them). A bad line is skipped with one warning naming file and line; a file named
+    """Records from files or directories (a directory means its *.jsonl and *.jsonl.gz files,
+    records.jsonl among them). A bad line is skipped with one warning naming file and line; a file named
     directly that holds no record at all (not JSON lines), or a directory without *.jsonl, is a
     RecordError; a non-text file inside a directory is skipped with a warning."""
     out = []
@@ -205,9 +210,9 @@ def load(paths) -> list[dict]:
         if not p.exists():
             raise RecordError(f"records: {p} does not exist (expected a records.jsonl file or a directory of them)")
         if p.is_dir():
-            files = sorted(f for f in p.glob("*.jsonl") if f.is_file())
+            files = sorted(f for pattern in RECORD_GLOBS for f in p.glob(pattern) if f.is_file())
             if not files:
-                deeper = sum(1 for _ in p.glob("*/*.jsonl"))
+                deeper = sum(1 for pattern in RECORD_GLOBS for _ in p.glob(f"*/{pattern}"))
                 hint = (f"; its subfolders hold {deeper} (a sweep's workers/? merge them with "
                         f"python -m mla_var3.sweep merge records={p})" if deeper else "")
                 raise RecordError(f"records: {p} has no *.jsonl file (expected records.jsonl or other "
