@@ -104,3 +104,36 @@ def load_tile_pages(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars
             if j < n_pages:
                 cute.copy(tma, src[(None, (0, c, ids[j]))],
                           dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
+
+
+@cute.jit
+def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32,
+                  ids: cute.Tensor, pages_per_tile: cutlass.Constexpr[int],
+                  page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
+    """The page ids of tile `tile` of sequence `bidx` into the register tensor `ids`, and how many
+    of its pages hold keys (the rest are not read: past the sequence the block table holds a
+    poison value). Split from `load_tile_pages` so a producer can issue these dependent global
+    loads early, e.g. before it waits for the stage the tile goes to."""
+    n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+    for j in cutlass.range_constexpr(pages_per_tile):
+        ids[j] = 0
+        if j < n_pages:
+            ids[j] = block_table[bidx, tile * pages_per_tile + j]
+    return n_pages
+
+
+@cute.jit
+def load_tile_from_ids(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars, ids: cute.Tensor,
+                       n_pages: cutlass.Int32, stage: cutlass.Int32, n_chunks: cutlass.Constexpr[int],
+                       pages_per_tile: cutlass.Constexpr[int], box_bytes: cutlass.Constexpr[int]):
+    """`load_tile_pages` with the page ids already read (`read_page_ids`): chunk by chunk, arm the
+    chunk's mbarrier for the pages that hold keys and issue one box per such page. Called by one
+    whole warp."""
+    for c in cutlass.range_constexpr(n_chunks):
+        bar = bars + stage * n_chunks + c
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, box_bytes * n_pages)
+        for j in cutlass.range_constexpr(pages_per_tile):
+            if j < n_pages:
+                cute.copy(tma, src[(None, (0, c, ids[j]))],
+                          dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
