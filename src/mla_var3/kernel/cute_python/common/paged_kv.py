@@ -78,35 +78,6 @@ def zero_tail_rows_named(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
 
 
 @cute.jit
-def load_tile_pages(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars, block_table: cute.Tensor,
-                    bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32, stage: cutlass.Int32,
-                    n_chunks: cutlass.Constexpr[int], pages_per_tile: cutlass.Constexpr[int],
-                    page_size: cutlass.Constexpr[int], box_bytes: cutlass.Constexpr[int]):
-    """`load_tile_chunked` for caches whose pages are smaller than the 64-key tile: tile `tile` of
-    sequence `bidx` is pages_per_tile pages, each its own TMA box (page_size rows x 64 cols) at the
-    page id from the block table. Only pages that hold keys (< seqlen) are loaded and counted on
-    the chunk's mbarrier, so a block-table entry past the sequence is never read; the tile's rows
-    that were not loaded are past seqlen and get zeroed like a tail (zero_tail_rows*).
-    `src` is the cache partitioned in (page_size, 64) boxes, `dst` the smem ring in page boxes
-    indexed ((stage * n_chunks + chunk) * pages_per_tile + page). Called by one whole warp."""
-    first_page = tile * pages_per_tile
-    n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
-    ids = cute.make_rmem_tensor((pages_per_tile,), cutlass.Int32)      # page ids, read once per tile
-    for j in cutlass.range_constexpr(pages_per_tile):
-        ids[j] = 0
-        if j < n_pages:
-            ids[j] = block_table[bidx, first_page + j]
-    for c in cutlass.range_constexpr(n_chunks):
-        bar = bars + stage * n_chunks + c
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive_and_expect_tx(bar, box_bytes * n_pages)
-        for j in cutlass.range_constexpr(pages_per_tile):
-            if j < n_pages:
-                cute.copy(tma, src[(None, (0, c, ids[j]))],
-                          dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
-
-
-@cute.jit
 def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32,
                   ids: cute.Tensor, pages_per_tile: cutlass.Constexpr[int],
                   page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
@@ -114,11 +85,12 @@ def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.I
     of its pages hold keys (the rest are not read: past the sequence the block table holds a
     poison value). Split from `load_tile_pages` so a producer can issue these dependent global
     loads early, e.g. before it waits for the stage the tile goes to."""
+    first_page = tile * pages_per_tile
     n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
     for j in cutlass.range_constexpr(pages_per_tile):
         ids[j] = 0
         if j < n_pages:
-            ids[j] = block_table[bidx, tile * pages_per_tile + j]
+            ids[j] = block_table[bidx, first_page + j]
     return n_pages
 
 
@@ -137,3 +109,20 @@ def load_tile_from_ids(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, b
             if j < n_pages:
                 cute.copy(tma, src[(None, (0, c, ids[j]))],
                           dst[(None, (stage * n_chunks + c) * pages_per_tile + j)], tma_bar_ptr=bar)
+
+
+@cute.jit
+def load_tile_pages(tma: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, bars, block_table: cute.Tensor,
+                    bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32, stage: cutlass.Int32,
+                    n_chunks: cutlass.Constexpr[int], pages_per_tile: cutlass.Constexpr[int],
+                    page_size: cutlass.Constexpr[int], box_bytes: cutlass.Constexpr[int]):
+    """`load_tile_chunked` for caches whose pages are smaller than the 64-key tile: tile `tile` of
+    sequence `bidx` is pages_per_tile pages, each its own TMA box (page_size rows x 64 cols) at the
+    page id from the block table. Only pages that hold keys (< seqlen) are loaded and counted on
+    the chunk's mbarrier, so a block-table entry past the sequence is never read; the tile's rows
+    that were not loaded are past seqlen and get zeroed like a tail (zero_tail_rows*).
+    `src` is the cache partitioned in (page_size, 64) boxes, `dst` the smem ring in page boxes
+    indexed ((stage * n_chunks + chunk) * pages_per_tile + page). Called by one whole warp."""
+    ids = cute.make_rmem_tensor((pages_per_tile,), cutlass.Int32)      # page ids, read once per tile
+    n_pages = read_page_ids(block_table, bidx, tile, seqlen, ids, pages_per_tile, page_size)
+    load_tile_from_ids(tma, src, dst, bars, ids, n_pages, stage, n_chunks, pages_per_tile, box_bytes)
