@@ -93,6 +93,10 @@ def test_ncu_command_never_touches_clocks(monkeypatch):
     assert san[san.index("--report-api-errors") + 1] == "no" and san[san.index("--tool") + 1] == "racecheck"
     with pytest.raises(ValueError):
         profiling.sanitizer_command("initcheck", ["x"])
+    detail = profiling.sanitizer_command("racecheck", ["x"], hazards=True)
+    assert detail[detail.index("--racecheck-report") + 1] == "hazard" and "--print-level" in detail
+    with pytest.raises(ValueError):
+        profiling.sanitizer_command("memcheck", ["x"], hazards=True)
 
 
 def test_sanitizer_summaries():
@@ -163,3 +167,56 @@ def test_missing_profiler_is_one_line_before_any_work(prof, tool, monkeypatch, c
     assert main(["torch_mla_decode", f"--prof_type={prof}", "--b=2", "--seqlen=64"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: {tool}: not found on PATH (it ships with the CUDA toolkit; needed by --prof_type)"
+
+
+def test_racecheck_hazard_report_groups_by_instruction_pair():
+    """tests/fixtures/racecheck_hazard_h200_v9.txt: `compute-sanitizer --tool racecheck
+    --racecheck-report hazard --print-level info` on flash_mla_decode_v9 (H200, 2026-12-01, b=2
+    s_q=2 h_q=16 seqlens 65,130), the first four hazards of each instruction pair and CTA kept,
+    host backtraces as printed."""
+    res = profiling.parse_racecheck_hazards((FIXTURES / "racecheck_hazard_h200_v9.txt").read_text())
+    assert (res["errors"], res["displayed"]) == (320, 100)
+    rows = {tuple(g["pcs"]): g for g in res["groups"]}
+    assert set(rows) == {("+0xa040", "+0xa070"), ("+0x5c20", "+0x7140")}
+    sums, stats = rows[("+0xa040", "+0xa070")], rows[("+0x5c20", "+0x7140")]
+    assert sums["kind"] == "RAW" and sums["accesses"] == "Write->Read" and sums["count"] == 8
+    assert sums["blocks"] == ["(0,1,0)", "(0,2,1)"] and sums["warpgroups"] == [[0], [1]]
+    assert sums["threads"] == [[64, 64], [192, 192]] and sums["smem"] == [0x928, 0x92B]
+    assert stats["blocks"] == ["(0,1,0)"] and stats["count"] == 4
+    table = profiling.racecheck_hazard_table(res)
+    assert "(100 of 320 reported hazards)" in table.splitlines()[0]
+    assert "+0xa040 -> +0xa070  8  (0,1,0) (0,2,1)  64-64 (WG0)" in table
+    assert profiling.parse_racecheck_hazards("========= ERROR SUMMARY: 0 errors") == {
+        "errors": None, "displayed": None, "groups": []}
+
+
+def test_racecheck_detail_runs_the_hazard_report_and_records_it(monkeypatch, tmp_path, capsys):
+    from mla_var3.cli import profile
+    from mla_var3.cli.kernel import main
+    hazard_text = (FIXTURES / "racecheck_hazard_h200_v9.txt").read_text()
+    monkeypatch.setattr(profiling, "find_tool", lambda name: f"/usr/bin/{name}")
+    calls = []
+
+    def run(cmd):
+        calls.append(cmd)
+        if "hazard" in cmd:
+            return 1, hazard_text
+        return 0, "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    monkeypatch.setattr(profile, "_run_tool", run)
+    monkeypatch.setattr(profile, "choose_tiling", lambda plan, problem: plan.default_tiling(problem))
+    assert main(["torch_mla_decode_v1", "--prof_type=sanitize", "--racecheck-detail", f"--records={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert [c[c.index("--tool") + 1] for c in calls] == ["memcheck", "racecheck", "racecheck"]
+    assert calls[2][calls[2].index("--racecheck-report") + 1] == "hazard"
+    assert "racecheck hazards by instruction pair (100 of 320 reported hazards)" in out
+    import json
+    (rec,) = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    detail = rec["rows"][-1]
+    assert detail["tool"] == "racecheck-hazards" and detail["errors"] == 320 and len(detail["groups"]) == 2
+
+
+def test_racecheck_detail_needs_sanitize(capsys):
+    from mla_var3.cli.kernel import main
+    assert main(["torch_mla_decode_v1", "--racecheck-detail"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --racecheck-detail: only with --prof_type=sanitize (got --prof_type=disabled)")

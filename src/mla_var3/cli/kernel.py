@@ -65,6 +65,9 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                          "warps per scheduler, issue slots, smem bank conflicts, L2/DRAM sectors)")
     ap.add_argument("--ncu-rep", dest="ncu_rep", action="store_true",
                     help="with --prof_type=ncu: also record an ncu report (--set full) under <records>/ncu/ for the GUI")
+    ap.add_argument("--racecheck-detail", dest="racecheck_detail", action="store_true",
+                    help="with --prof_type=sanitize: one more racecheck run reporting every hazard, grouped by "
+                         "instruction pair with the CTAs, threads (warpgroups) and smem addresses involved")
     ap.add_argument("--timeline-ctas", dest="timeline_ctas", type=int,
                     help="with --prof_type=timeline: CTAs drawn in the trace and picture (default 4, the longest)")
     ap.add_argument("--timeline-max-ctas", dest="timeline_max_ctas", type=int,
@@ -321,6 +324,7 @@ def check_flags(args) -> None:
     if not 0 < args.rep_ms <= 60_000:
         raise UsageError(f"--rep_ms: expected a timing budget in (0, 60000] ms, got {args.rep_ms:g}")
     for flag, value, prof in (("--ncu-set", args.ncu_set, "ncu"), ("--ncu-rep", args.ncu_rep or None, "ncu"),
+                              ("--racecheck-detail", args.racecheck_detail or None, "sanitize"),
                               ("--timeline-ctas", args.timeline_ctas, "timeline"),
                               ("--timeline-max-ctas", args.timeline_max_ctas, "timeline")):
         if value is not None and args.prof_type != prof and args.prof_inner is None:

@@ -154,6 +154,20 @@ def format_ncu_table(rows: list[dict], problem) -> str:
                          f"ncu --clock-control none, {problem.key()} (median of launches per kernel)")
 
 
+def _racecheck_detail(name: str, problem, args) -> dict:
+    """--racecheck-detail: racecheck once more with a report per hazard; print them grouped by
+    instruction pair (which CTAs, which threads and warpgroups, which smem bytes)."""
+    inner = inner_argv(name, problem, "sanitize", args.seed)
+    code, text = _run_tool(profiling.sanitizer_command("racecheck", inner, hazards=True))
+    save_tool_log(args, f"==== {name} racecheck (hazards)\n{text}")
+    res = profiling.parse_racecheck_hazards(text)
+    if res["groups"]:
+        print(profiling.racecheck_hazard_table(res))
+    else:
+        print(f"{name} racecheck hazards on {problem.key()}: none reported (rc={code})")
+    return {"tool": "racecheck-hazards", "rc": code, **res}
+
+
 def cmd_sanitize(names, problems, args, kind) -> int:
     from mla_var3.runtime import records, registry
     profiling.find_tool("compute-sanitizer")    # a missing tool is said before any work
@@ -178,7 +192,10 @@ def cmd_sanitize(names, problems, args, kind) -> int:
                 print(f"    {line}")
             if not clean and not res["first"]:
                 print("    " + "\n    ".join(text.strip().splitlines()[-6:]))
+        rows = [{"tool": t, **r} for t, r in results.items()]
+        if getattr(args, "racecheck_detail", False):
+            rows.append(_racecheck_detail(name, problem, args))
         rec = records.make_record("profile", plan, choose_tiling(plan, problem), problem, prof_type="sanitize",
-                                  rows=[{"tool": t, **r} for t, r in results.items()])
+                                  rows=rows)
         records.append(rec, args.records)
     return int(rc)

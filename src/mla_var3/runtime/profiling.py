@@ -267,11 +267,73 @@ def short_kernel_name(name: str, width: int = 40) -> str:
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 
 
-def sanitizer_command(tool: str, inner_argv: list[str]) -> list[str]:
+RACECHECK_HAZARD_OPTIONS = ("--racecheck-report", "hazard", "--print-level", "info")
+
+
+def sanitizer_command(tool: str, inner_argv: list[str], hazards: bool = False) -> list[str]:
+    """The compute-sanitizer command line; `hazards` (racecheck only): one report per hazard, with
+    its block, the two threads and their program counters (the options run on the H200)."""
     if tool not in SANITIZER_TOOLS:
         raise ValueError(f"tool: expected one of {SANITIZER_TOOLS}, got {tool!r}")
-    return [find_tool("compute-sanitizer"), "--tool", tool, "--report-api-errors", "no",
-            "--target-processes", "all", sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+    if hazards and tool != "racecheck":
+        raise ValueError(f"hazards: a racecheck option, not {tool}'s")
+    return [find_tool("compute-sanitizer"), "--tool", tool, *(RACECHECK_HAZARD_OPTIONS if hazards else ()),
+            "--report-api-errors", "no", "--target-processes", "all",
+            sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+
+
+_HAZARD = re.compile(r"Potential (\w+) hazard detected at __shared__ (0x[0-9a-f]+) in block \((\d+),(\d+),(\d+)\)")
+_ACCESS = re.compile(r"(Write|Read) Thread \((\d+),(\d+),(\d+)\) at \S*?(\+0x[0-9a-f]+)")
+
+
+def parse_racecheck_hazards(text: str) -> dict:
+    """racecheck's hazard-level report (`--racecheck-report hazard`) grouped by the pair of
+    instructions: {'errors': n or None, 'displayed': n or None, 'groups': [...]}, each group
+    {kind, accesses (e.g. "Write->Read"), pcs, count, blocks, threads (first and second access:
+    [min, max]), warpgroups (thread // 128 of each side), smem ([min, max] byte address)}, most
+    hazards first. Why: the default report names two program counters; which CTAs and which
+    warps race is what tells a barrier bug from a tool artefact."""
+    groups: dict[tuple, dict] = {}
+    pending = None
+    for line in text.splitlines():
+        m = _HAZARD.search(line)
+        if m:
+            pending = {"kind": m.group(1), "addr": int(m.group(2), 16),
+                       "block": f"({m.group(3)},{m.group(4)},{m.group(5)})", "acc": []}
+            continue
+        a = _ACCESS.search(line)
+        if a and pending is not None:
+            pending["acc"].append((a.group(1), int(a.group(2)), a.group(5)))
+            if len(pending["acc"]) == 2:
+                (k1, t1, pc1), (k2, t2, pc2) = pending["acc"]
+                key = (pending["kind"], k1, k2, pc1, pc2)
+                g = groups.setdefault(key, {"kind": pending["kind"], "accesses": f"{k1}->{k2}", "pcs": [pc1, pc2],
+                                            "count": 0, "blocks": [], "threads": [[t1, t1], [t2, t2]],
+                                            "warpgroups": [[], []], "smem": [pending["addr"], pending["addr"]]})
+                g["count"] += 1
+                if pending["block"] not in g["blocks"]:
+                    g["blocks"].append(pending["block"])
+                for side, t in ((0, t1), (1, t2)):
+                    g["threads"][side] = [min(g["threads"][side][0], t), max(g["threads"][side][1], t)]
+                    g["warpgroups"][side] = sorted(set(g["warpgroups"][side]) | {t // 128})
+                g["smem"] = [min(g["smem"][0], pending["addr"]), max(g["smem"][1], pending["addr"])]
+                pending = None
+    summary = re.search(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+\((\d+)\s+errors?", text)
+    return {"errors": int(summary.group(2)) if summary else None,
+            "displayed": int(summary.group(1)) if summary else None,
+            "groups": sorted(groups.values(), key=lambda g: -g["count"])}
+
+
+def racecheck_hazard_table(res: dict) -> str:
+    """The hazard groups as an aligned table (one row per pair of instructions)."""
+    from mla_var3.report import aligned_table
+    rows = [[g["kind"], g["accesses"], f"{g['pcs'][0]} -> {g['pcs'][1]}", g["count"], " ".join(g["blocks"]),
+             "-".join(map(str, g["threads"][0])) + f" (WG{'/'.join(map(str, g['warpgroups'][0]))})",
+             "-".join(map(str, g["threads"][1])) + f" (WG{'/'.join(map(str, g['warpgroups'][1]))})",
+             f"{g['smem'][0]:#x}-{g['smem'][1]:#x}"] for g in res["groups"]]
+    shown = f"{res['displayed']} of {res['errors']}" if res["errors"] is not None else "all"
+    return aligned_table(["hazard", "accesses", "pcs", "n", "blocks", "first threads", "second threads", "smem"],
+                         rows, f"racecheck hazards by instruction pair ({shown} reported hazards)")
 
 
 _MANGLED = re.compile(r"(kernel_cutlass_\w*?_v\d+_[a-z]+(?:_kernel)?)\w*(\+0x[0-9a-f]+)")
