@@ -1,6 +1,7 @@
 """flash_mla_decode_v10's producer, read from its compiled SASS on the CPU: the page ids of a
 refill are loaded before the producer waits for the stage, so between that wait and the refill's
-first TMA box there is no global load (v9 waits, then loads the block table, then issues)."""
+first TMA box there is no global load (v9 waits, then loads the block table, then issues); v11,
+which splits the refills over two producer warps, keeps that."""
 import re
 
 import pytest
@@ -41,7 +42,7 @@ def test_v10_reads_the_block_table_before_the_stage_wait(page_size, monkeypatch)
     problem = MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, page_size=page_size)
     inputs = problem.small_variant().make_inputs(seed=0, device="cpu")
     found = {}
-    for name in ("flash_mla_decode_v9", "flash_mla_decode_v10"):
+    for name in ("flash_mla_decode_v9", "flash_mla_decode_v10", "flash_mla_decode_v11"):
         plan = registry.get_plan(name)
         tiling = plan.default_tiling(problem)
         assert tiling.chunk > 2
@@ -52,3 +53,5 @@ def test_v10_reads_the_block_table_before_the_stage_wait(page_size, monkeypatch)
     assert v9_gaps and max(v9_gaps) == pages            # v9: the wait, then one load per page, then boxes
     assert v10_gaps and max(v10_gaps) == 0              # v10: the wait, then boxes
     assert v10_loads == v9_loads + pages                # the ids read once more, before the loop
+    v11_gaps, _ = found["flash_mla_decode_v11"]         # v11 (a producer warp per stage) keeps it
+    assert v11_gaps and max(v11_gaps) == 0
