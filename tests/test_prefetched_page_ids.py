@@ -2,8 +2,6 @@
 refill are loaded before the producer waits for the stage, so between that wait and the refill's
 first TMA box there is no global load (v9 waits, then loads the block table, then issues); v11,
 which splits the refills over two producer warps, keeps that."""
-import re
-
 import pytest
 
 from compiled_sass import split_sass
@@ -11,13 +9,12 @@ from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import kernel_plan, registry, sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
-OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
 def _producer_ops(text: str) -> list[str]:
     """Opcodes of the producer warpgroup's region (ptxas lays it out first: from its
     setmaxnreg.dec to the math warpgroups' setmaxnreg.inc), in address order."""
-    ops = [op for _, op in OP.findall(text)]
+    ops = [words[1] if words[0].startswith("@") else words[0] for words in map(str.split, sass.instructions(text))]
     start = next(i for i, op in enumerate(ops) if op.startswith("USETMAXREG.DEALLOC"))
     end = next(i for i, op in enumerate(ops) if op.startswith("USETMAXREG.TRY_ALLOC"))
     return ops[start:end]

@@ -193,7 +193,7 @@ def cmd_sanitize(names, problems, args, kind) -> int:
             if not clean and not res["first"]:
                 print("    " + "\n    ".join(text.strip().splitlines()[-6:]))
         rows = [{"tool": t, **r} for t, r in results.items()]
-        if getattr(args, "racecheck_detail", False):
+        if args.racecheck_detail:
             rows.append(_racecheck_detail(name, problem, args))
         rec = records.make_record("profile", plan, choose_tiling(plan, problem), problem, prof_type="sanitize",
                                   rows=rows)

@@ -72,8 +72,10 @@ def entry(key, obj) -> tuple[Path, str]:
     return directory() / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
 
 
-def load(key, obj):
-    """The cached compiled function for `key`, or None (no cache, no entry, or it did not load)."""
+def load(key, obj, fake_args):
+    """The cached compiled function for `key`, or None (no cache, no entry, or it did not load).
+    `fake_args(obj)` are the arguments it was compiled with: the trailing `__call__` defaults past
+    them are appended on every call (`FilledCall`), as the in-process function would."""
     if not usable(key):
         return None
     path, name = entry(key, obj)
@@ -86,7 +88,8 @@ def load(key, obj):
         print(f"aot cache: {path.name} did not load ({type(ex).__name__}); compiling", file=sys.stderr)
         return None
     LOADED.append(key)
-    return fn
+    defaults = trailing_defaults(obj, fake_args(obj))
+    return FilledCall(fn, defaults) if defaults else fn
 
 
 def trailing_defaults(obj, fake_args: tuple) -> tuple:

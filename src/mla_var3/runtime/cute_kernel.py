@@ -100,11 +100,8 @@ class CuteKernel(Stage):
             ensure_dsl_arch(self.key.arch)
             import cutlass.cute as cute
             obj = self.build()
-            fn = aot_cache.load(self.key, obj)          # MLA_VAR3_AOT_DIR: compiled earlier, maybe elsewhere
-            if fn is not None:
-                defaults = aot_cache.trailing_defaults(obj, self.fake_args(obj))
-                fn = aot_cache.FilledCall(fn, defaults) if defaults else fn
-            else:
+            fn = aot_cache.load(self.key, obj, self.fake_args)   # MLA_VAR3_AOT_DIR: compiled earlier, maybe elsewhere
+            if fn is None:
                 t0 = time.perf_counter()
                 fn = cute.compile(obj, *self.fake_args(obj), options=self.key.options)
                 COMPILE_LOG.append((self.key, time.perf_counter() - t0))
