@@ -53,7 +53,6 @@ class FlashMlaDecodeV10(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v9 with the next refill's block-table reads prefetched before the producer waits"
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows

@@ -53,7 +53,6 @@ class FlashMlaDecodeV11(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v10 with one producer warp per stage (stage 1's refill no longer waits behind stage 0's boxes)"
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
