@@ -34,7 +34,7 @@ def _loads_between_wait_and_box(ops: list[str]) -> list[int]:
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size", [64, 16])
 def test_v10_reads_the_block_table_before_the_stage_wait(page_size, monkeypatch):
-    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")             # v10 has not run on a GPU yet
+    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")             # a quarantined version would refuse to plan
     # a long sequence, so the split is many tiles and the refill loop exists (chunk = 1 removes it)
     problem = MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, page_size=page_size)
     inputs = problem.small_variant().make_inputs(seed=0, device="cpu")
