@@ -42,6 +42,22 @@ def test_bench_writes_a_valid_record(tmp_path):
 
 
 @pytest.mark.gpu
+def test_compared_plans_are_timed_interleaved(tmp_path):
+    """Two plans of one problem go through one interleaved bench call: both records carry the
+    same clock readings and `interleaved_with` = 1; the same plan twice (an A/A run) times level."""
+    from mla_var3 import jobs
+    from mla_var3.runtime import records
+    plan = registry.get_plan("torch_mla_decode_v1")
+    problem = mla.MlaDecodeProblem(b=8, s_q=1, h_q=16, seqlen=256)
+    a, b = jobs.bench_records([plan, plan], problem, devices.current_device(), rep_ms=10)
+    for rec in (a, b):
+        records.validate_record(rec)
+        assert rec["time_us"]["interleaved_with"] == 1 and rec["time_us"]["n"] == 10
+    assert a["clocks_before"] == b["clocks_before"] and a["clocks_after"] == b["clocks_after"]
+    assert 0.8 < a["time_us"]["median"] / b["time_us"]["median"] < 1.25
+
+
+@pytest.mark.gpu
 def test_autotune_records_failures_and_caches_the_winner(tmp_path, monkeypatch):
     from mla_var3.runtime import autotune
     monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))

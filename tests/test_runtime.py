@@ -1,5 +1,6 @@
 """Runtime pieces on the CPU: devices + arch gate, roofline, records, bench sizing, check, tilings."""
 import json
+import statistics
 
 import pytest
 import torch
@@ -302,3 +303,52 @@ def test_a_design_name_means_its_newest_version_that_is_not_quarantined(monkeypa
     assert picked.name in {e.name for e in registry.newest_entries()}
     monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
     assert registry.resolve("flash_mla_decode").name == newest.name
+
+
+def test_interleaved_timing_gives_identical_plans_the_same_median():
+    """A GPU that slows as it heats (each call 1% slower than the last) must not favour whichever
+    plan is timed first: interleaved rounds give two identical plans medians within one step,
+    where timing them one after the other (the old protocol) puts them 10% apart."""
+    calls = []
+
+    def heating_replay():
+        calls.append(1)
+        return 1.0 + 0.01 * len(calls)
+
+    a, b = bench.interleaved_samples([heating_replay, heating_replay], rounds=10)
+    assert len(a) == len(b) == 10
+    assert abs(statistics.median(a) - statistics.median(b)) <= 0.011
+    calls.clear()
+    seq_a, seq_b = ([heating_replay() for _ in range(10)] for _ in range(2))
+    assert statistics.median(seq_b) - statistics.median(seq_a) >= 0.09
+
+
+def test_interleaved_rounds_rotate_which_plan_goes_first():
+    order = []
+    replays = [lambda i=i: order.append(i) or 1.0 for i in range(3)]
+    bench.interleaved_samples(replays, rounds=3)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+
+
+def test_compared_plans_are_benchmarked_together_and_recorded_in_order(monkeypatch):
+    """`--compare` hands every plan of a problem to one interleaved bench call; the records come
+    back in the order given, each naming its own kernel and how many it was timed beside."""
+    from dataclasses import replace
+
+    from mla_var3 import jobs
+    h200 = replace(devices.load_devices()["H200"], name="NVIDIA H200")
+    seen = []
+
+    def fake_bench_plans(entries, problem, device, *, seed=0, rep_ms=100.0):
+        seen.append([p.name for p, _ in entries])
+        return [{"tiling_obj": None, "time_us": {"median": 2.0 + i, "min": 1.0, "max": 3.0 + i, "n": 10,
+                                                 "interleaved_with": len(entries) - 1},
+                 "tflops": 1.0, "gbps": 2.0, "pct_roofline": 3.0, "pct_datasheet": 2.5, "bound": "memory",
+                 "flops": 1, "bytes": 2} for i, _ in enumerate(entries)]
+    monkeypatch.setattr(bench, "bench_plans", fake_bench_plans)
+    plans = [registry.get_plan("torch_mla_decode_v1"), registry.get_plan("torch_mla_decode_v1")]
+    problem = mla.MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=128)
+    recs = jobs.bench_records(plans, problem, h200, rep_ms=5.0)
+    assert seen == [["torch_mla_decode_v1", "torch_mla_decode_v1"]]
+    assert [r["time_us"]["median"] for r in recs] == [2.0, 3.0]
+    assert all(r["time_us"]["interleaved_with"] == 1 for r in recs)

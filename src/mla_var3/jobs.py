@@ -32,6 +32,27 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
     return rec
 
 
+def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.0, tune: bool = False,
+                  tilings=None, **extra) -> list[dict]:
+    """Benchmark several plans on one problem, timed interleaved (runtime/bench.bench_plans: the
+    same clock and power history for each), and return their records in the order given.
+    `tilings` (one per plan, None = the plan's choice) win over autotune and the cached winners."""
+    from mla_var3.runtime import devices
+    tilings = list(tilings) if tilings is not None else [None] * len(plans)
+    entries = []
+    for plan, tiling in zip(plans, tilings):
+        devices.require_arch(plan.name, plan.arch, device)
+        plan.require_supported(problem)          # before any input is allocated
+        entries.append((plan, tiling if tiling is not None
+                        else choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)))
+    out = []
+    for (plan, _), fields in zip(entries, bench.bench_plans(entries, problem, device, seed=seed, rep_ms=rep_ms)):
+        rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)
+        records.validate_record(rec)
+        out.append(rec)
+    return out
+
+
 def check_record(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = "cuda",
                  grid: str | None = None, on_result=None, tiling=None) -> tuple[dict, list]:
     """Check one plan on `problems` (a named `grid`, or one problem); returns (record, outcomes).

@@ -284,17 +284,21 @@ def cmd_bench(names, problems, args, kind) -> int:
     problems = problems or (kind.grid(args.grid) if args.grid else [kind.default_problem()])
     recs = []
     for problem in problems:
+        plans = []
         for name in names:
             plan = registry.get_plan(name)
             reasons = plan.supports(problem)
             if reasons:
                 print(f"  {name:26} {problem.key():44} skipped: {'; '.join(reasons)}")
                 continue
-            rec = jobs.bench_record(plan, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
-                                    tiling=user_tiling(args, plan, names))
+            plans.append(plan)
+        # every plan of this problem timed in turn (one clock and power history for all of them)
+        timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
+                                   tilings=[user_tiling(args, p, names) for p in plans]) if plans else []
+        for rec in timed:
             records.append(rec, args.records)
             recs.append(rec)
-            print(f"  {name:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
+            print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
         if args.compare and problem.key() not in report.live_peer_problems(recs):
             recs += problem.peer_records(device)
     print()

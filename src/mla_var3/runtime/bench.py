@@ -2,6 +2,14 @@
 
 Each timed call walks through `n_sets` independent input sets whose bytes together exceed
 3x L2, so every launch reads its data from HBM, as decode does. Times are per launch.
+
+Several plans compared on one problem (`--compare`) are timed interleaved (`bench_plans`): all
+are built, compiled and captured first, then their graphs are replayed in turn, round after
+round. Timing them one after another instead hands whichever plan follows an idle gap (a
+compile, building inputs) a cool GPU at boost clock: on the H200, a compare run's records show
+SM clocks of 1980 MHz at 130 W before such a plan and 1515-1600 MHz at 650 W after a few hundred
+ms of decode, and a plan that was compiled on the spot measured 3-7% faster than one loaded from
+the compile cache (2026-12-01, docs/kernels/flash_mla_decode.md, v12).
 """
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 L2_MULTIPLE = 3
 MAX_SETS = 64
+REPLAYS = 10            # timed replays of each plan's graph (interleaved across plans)
 
 
 @dataclass(frozen=True)
@@ -55,46 +64,129 @@ def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) ->
                      n=len(per_call_us), launches=len(sets), n_sets=len(sets), rotated_bytes=rotated_bytes)
 
 
+def interleaved_samples(replays: list, rounds: int) -> list[list[float]]:
+    """Call each of `replays` (one per plan: a timed replay, returning its time) once per round,
+    the starting plan rotating each round, so every plan sees the same drift in clocks, power
+    and temperature; returns each plan's samples in call order."""
+    samples: list[list[float]] = [[] for _ in replays]
+    n = len(replays)
+    for r in range(rounds):
+        for k in range(n):
+            j = (r + k) % n
+            samples[j].append(replays[j]())
+    return samples
+
+
+class GraphReplay:
+    """One plan's whole calls over its rotating sets, captured once in a CUDA graph of enough
+    repetitions to last about `rep_ms`; `__call__` replays it and returns ms per step (one pass
+    over the sets), timed with CUDA events."""
+
+    def __init__(self, kern, sets, rep_ms: float, stream):
+        import torch
+        self.sets, self.stream = sets, stream
+
+        def step():
+            for inputs, outputs, workspace in sets:
+                kern.launch(inputs, outputs, workspace)
+
+        with torch.cuda.stream(stream):
+            step()                                               # warm-up on the timing stream
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                step()
+            end.record()
+            torch.cuda.synchronize()
+            estimate_ms = start.elapsed_time(end) / 5
+            self.n_repeat = max(1, int(rep_ms / estimate_ms)) if estimate_ms > 0 else 1000
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=stream):
+                for _ in range(self.n_repeat):
+                    step()
+            torch.cuda.synchronize()
+
+    def __call__(self) -> float:
+        import torch
+        with torch.cuda.stream(self.stream):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+        return start.elapsed_time(end) / self.n_repeat
+
+
 def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: float = 100.0) -> dict:
     """Benchmark one plan on one problem: rotating input sets (inputs + outputs + workspace
     bytes past 3x L2), CUDA graph of whole calls, roofline.
 
     Returns the fields of a `bench` record (records.make_record adds identity and environment)."""
+    return bench_plans([(plan, tiling)], problem, device, seed=seed, rep_ms=rep_ms)[0]
+
+
+def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
+                replays: int = REPLAYS) -> list[dict]:
+    """Benchmark several (plan, tiling) on one problem, interleaved (module docstring): every plan
+    is built, compiled, given its rotating sets (the input sets are shared, outputs and workspace
+    are each plan's) and captured first; then the graphs are replayed in turn, `replays` rounds.
+    Returns the fields of each plan's `bench` record, in the order given."""
+    import torch
+
     from mla_var3.runtime import records, roofline
+    from mla_var3.runtime.memory import require_fits
     from mla_var3.runtime.profiling import annotate
 
-    from mla_var3.runtime.memory import require_fits
     require_fits(problem, "cuda")
     first = problem.make_inputs(seed=seed, device="cuda")
-    kern = plan.build(first, tiling)
-    cfg = kern.tiling.key()
-    with annotate(plan.name, cfg, "compile"):
-        compile_s = time_compile(kern)
+    inputs = [first]
 
-    def one_set(inputs):
-        outputs = problem.make_outputs(inputs, fill=0.0)
-        return inputs, outputs, kern.prepare(inputs)
+    def inputs_set(i):
+        while len(inputs) <= i:
+            inputs.append(problem.make_inputs(seed=seed, device="cuda", data_seed=seed + 1000 * len(inputs)))
+        return inputs[i]
 
-    sets = [one_set(first)]
-    per_set = (problem.input_bytes(first) + sum(t.numel() * t.element_size() for t in sets[0][1])
-               + sets[0][2].nbytes())
-    n_sets = sets_needed(per_set, device.l2_bytes)
-    sets += [one_set(problem.make_inputs(seed=seed, device="cuda", data_seed=seed + 1000 * i))
-             for i in range(1, n_sets)]
-    with annotate(plan.name, cfg, "warmup"):
-        kern.launch(*sets[0])                            # warm-up outside the graph
+    stream = torch.cuda.Stream()
+    prepared = []
+    for plan, tiling in entries:
+        kern = plan.build(first, tiling)
+        cfg = kern.tiling.key()
+        with annotate(plan.name, cfg, "compile"):
+            compile_s = time_compile(kern)
+
+        def one_set(x, kern=kern):
+            return x, problem.make_outputs(x, fill=0.0), kern.prepare(x)
+
+        sets = [one_set(first)]
+        per_set = (problem.input_bytes(first) + sum(t.numel() * t.element_size() for t in sets[0][1])
+                   + sets[0][2].nbytes())
+        n_sets = sets_needed(per_set, device.l2_bytes)
+        sets += [one_set(inputs_set(i)) for i in range(1, n_sets)]
+        with annotate(plan.name, cfg, "warmup"):
+            kern.launch(*sets[0])                        # warm-up outside the graph
+            replay = GraphReplay(kern, sets, rep_ms, stream)
+        prepared.append((plan, kern, sets, per_set, compile_s, replay))
+
     clocks_before = records.gpu_clocks()
-    with annotate(plan.name, cfg, "timed"):
-        stats = bench_rotating(kern, sets, rep_ms=rep_ms, rotated_bytes=per_set * n_sets)
+    with annotate("+".join(p.name for p, *_ in prepared), "interleaved", "timed"):
+        samples = interleaved_samples([replay for *_, replay in prepared], replays)
     clocks_after = records.gpu_clocks()
     flops, nbytes = problem.flops_bytes(first)
-    point = roofline.roofline(flops, nbytes, stats.median, device)
-    return {"tiling_obj": kern.tiling, "time_us": stats.to_dict(), "tflops": point.tflops, "gbps": point.gbps,
-            "pct_roofline": point.pct_measured, "pct_datasheet": point.pct_datasheet, "bound": point.bound,
-            "intensity": point.intensity, "floor_us": point.floor_us, "flops": flops, "bytes": nbytes,
-            "compile_s": compile_s, "clocks_before": clocks_before, "clocks_after": clocks_after,
-            "stages": [s.name for s in kern.stages], "workspace_bytes": sets[0][2].nbytes(),
-            **problem.input_facts(first)}
+    out = []
+    for (_plan, kern, sets, per_set, compile_s, _replay), times_ms in zip(prepared, samples):
+        per_call_us = [t * 1e3 / len(sets) for t in times_ms]
+        stats = TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
+                          n=len(per_call_us), launches=len(sets), n_sets=len(sets),
+                          rotated_bytes=per_set * len(sets))
+        point = roofline.roofline(flops, nbytes, stats.median, device)
+        out.append({"tiling_obj": kern.tiling, "time_us": {**stats.to_dict(), "interleaved_with": len(prepared) - 1},
+                    "tflops": point.tflops, "gbps": point.gbps,
+                    "pct_roofline": point.pct_measured, "pct_datasheet": point.pct_datasheet, "bound": point.bound,
+                    "intensity": point.intensity, "floor_us": point.floor_us, "flops": flops, "bytes": nbytes,
+                    "compile_s": compile_s, "clocks_before": clocks_before, "clocks_after": clocks_after,
+                    "stages": [s.name for s in kern.stages], "workspace_bytes": sets[0][2].nbytes(),
+                    **problem.input_facts(first)})
+    return out
 
 
 def time_compile(kern) -> float:
