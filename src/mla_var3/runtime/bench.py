@@ -6,10 +6,9 @@ Each timed call walks through `n_sets` independent input sets whose bytes togeth
 Several plans compared on one problem (`--compare`) are timed interleaved (`bench_plans`): all
 are built, compiled and captured first, then their graphs are replayed in turn, round after
 round. Timing them one after another instead hands whichever plan follows an idle gap (a
-compile, building inputs) a cool GPU at boost clock: on the H200, a compare run's records show
-SM clocks of 1980 MHz at 130 W before such a plan and 1515-1600 MHz at 650 W after a few hundred
-ms of decode, and a plan that was compiled on the spot measured 3-7% faster than one loaded from
-the compile cache (2026-12-01, docs/kernels/flash_mla_decode.md, v12).
+compile, building inputs) a cooler GPU at a higher boost clock: on the H200, a compare run's
+records show 130 W and 1980 MHz before a plan that had just compiled, and 620 W and 1500-1900 MHz
+before the plan timed right after another (2026-12-01, docs/kernels/flash_mla_decode.md, v12).
 """
 from __future__ import annotations
 
