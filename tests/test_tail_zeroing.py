@@ -1,7 +1,8 @@
 """flash_mla_decode_v12's tail zeroing, read from its compiled SASS on the CPU: v11 zeroes a
 partial last tile before its QK^T and meets the owning warpgroup at a named barrier of its own;
 v12 zeroes it after QK^T and lets the barrier that publishes P publish the zeros, so its split
-kernel has one named-barrier sync fewer and no other change in barriers or TMA loads."""
+kernel has one named-barrier sync fewer and no other change in barriers or TMA loads; v13 moves
+the zeroing later (after the P stores) without changing any of those counts."""
 import pytest
 
 from compiled_sass import split_sass
@@ -25,9 +26,10 @@ def test_v12_drops_the_tail_tiles_own_barrier(monkeypatch):
     problem = MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=65)       # a partial last tile
     inputs = problem.make_inputs(seed=0, device="cpu")
     counts = {}
-    for name in ("flash_mla_decode_v11", "flash_mla_decode_v12"):
+    for name in ("flash_mla_decode_v11", "flash_mla_decode_v12", "flash_mla_decode_v13"):
         plan = registry.get_plan(name)
         counts[name] = _opcode_counts(split_sass(plan.plan(inputs, plan.default_tiling(problem))))
     v11, v12 = counts["flash_mla_decode_v11"], counts["flash_mla_decode_v12"]
     assert v12["bar_sync"] == v11["bar_sync"] - 1, counts
     assert {k: v for k, v in v12.items() if k != "bar_sync"} == {k: v for k, v in v11.items() if k != "bar_sync"}, counts
+    assert counts["flash_mla_decode_v13"] == v12, counts
