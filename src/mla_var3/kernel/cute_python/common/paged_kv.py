@@ -78,6 +78,23 @@ def zero_tail_rows_named(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
 
 
 @cute.jit
+def zero_tail_value_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, tid: cutlass.Int32,
+                         num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
+                         d_v: cutlass.Constexpr[int], box: cutlass.Constexpr[int],
+                         chunks_per_stage: cutlass.Constexpr[int]):
+    """Zero rows tail..rows-1 of the K tile in `stage` in its first d_v (value) columns only, for a
+    kernel whose QK^T of that tile is done (the rope columns are read by QK^T alone), then fence
+    the writes for the async proxy. No barrier: the caller's next publish barrier orders them
+    before any P V (flash_mla_decode_v12 on)."""
+    n_zero = (rows - tail) * d_v
+    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
+        r = tail + i // d_v
+        col = i % d_v
+        sK[(r, col % box, stage * chunks_per_stage + col // box)] = sK.element_type(0.0)
+    cute.arch.fence_proxy("async.shared", space="cta")
+
+
+@cute.jit
 def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32,
                   ids: cute.Tensor, pages_per_tile: cutlass.Constexpr[int],
                   page_size: cutlass.Constexpr[int]) -> cutlass.Int32:

@@ -163,8 +163,10 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
 from mla_var3.kernel.cute_python.common import timeline as tln
+from mla_var3.kernel.cute_python.common.epilogue import store_rows_from_smem
 from mla_var3.kernel.cute_python.common.online_softmax import exp_against_new_max, scale_mask_rowmax, scale_rows
-from mla_var3.kernel.cute_python.common.paged_kv import expect_tile, load_tile_from_ids, load_tile_pages, read_page_ids
+from mla_var3.kernel.cute_python.common.paged_kv import (expect_tile, load_tile_from_ids, load_tile_pages, read_page_ids,
+                                                         zero_tail_value_rows)
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
@@ -202,36 +204,6 @@ def n_split_slots(max_pages: int, chunk: int, page_size: int) -> int:
     (max_pages: the block table's width; a tile is 64 // page_size pages)."""
     max_tiles = -(-max_pages // (TILE // page_size))
     return max(1, -(-max_tiles // chunk))
-
-
-@cute.jit
-def store_rows_from_smem(sO: cute.Tensor, gO: cute.Tensor, tidx: cutlass.Int32, valid_rows: cutlass.Int32,
-                         vec: cutlass.Constexpr[int]):
-    """Copy the (BLOCK_M, D_V) tile sO (smem) to gO (global) in 16-byte row chunks, rows
-    < valid_rows only: chunk c of the tile is thread c % 256's, row c // (D_V / vec), so each warp
-    moves 32 consecutive chunks of one row (fully coalesced, one 16-byte load and store each)."""
-    per_row = D_V // vec
-    for i in cutlass.range_constexpr(BLOCK_M * per_row // MATH_THREADS):
-        c = tidx + i * MATH_THREADS
-        row = c // per_row
-        if row < valid_rows:
-            chunk = c % per_row
-            cute.autovec_copy(cute.local_tile(sO[row, None], (vec,), (chunk,)),
-                              cute.local_tile(gO[row, None], (vec,), (chunk,)))
-
-
-@cute.jit
-def zero_tail_value_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32, tid: cutlass.Int32,
-                         num_threads: cutlass.Constexpr[int]):
-    """Zero rows tail..TILE-1 of the K tile in `stage` in its D_V value columns only (the rope
-    columns are read by QK^T alone, which is done when this runs), then fence the writes for the
-    async proxy. No barrier: the caller's next publish barrier orders them before any P V."""
-    n_zero = (TILE - tail) * D_V
-    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
-        r = tail + i // D_V
-        col = i % D_V
-        sK[(r, col % BOX, stage * N_CHUNKS + col // BOX)] = sK.element_type(0.0)
-    cute.arch.fence_proxy("async.shared", space="cta")
 
 
 class FlashMlaDecodeKernel:
@@ -489,7 +461,7 @@ class FlashMlaDecodeKernel:
                                 # v12: the tile's QK^T is complete (its scores past seqlen are -inf by
                                 # now), so only P V reads these rows: zero their value columns; the
                                 # fence and barrier that publish P below publish the zeros too
-                                zero_tail_value_rows(sK, tail, wg, ltid, 128)
+                                zero_tail_value_rows(sK, tail, wg, ltid, 128, TILE, D_V, BOX, N_CHUNKS)
                         tln.mark(rec, "rowmax_end", p)
                     else:
                         acc_s.fill(-F32.inf)
@@ -623,7 +595,7 @@ class FlashMlaDecodeKernel:
                             sOb[tOcO[r, j]] = r_o_rc[r, j]
                     cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                     gO = cute.local_tile(out[bidx, None, None], (BLOCK_M, D_V), (rb, 0))
-                    store_rows_from_smem(sOb, gO, tidx, self.rows - rb * BLOCK_M, VEC_BF16)
+                    store_rows_from_smem(sOb, gO, tidx, self.rows - rb * BLOCK_M, VEC_BF16, BLOCK_M, D_V, MATH_THREADS)
                     for r in cutlass.range_constexpr(n_rows):
                         grow = rb * BLOCK_M + tOcO[r, 0][0]
                         if grow < self.rows:
@@ -641,7 +613,7 @@ class FlashMlaDecodeKernel:
                             sOf[tOcO[r, j]] = o_rc[r, j]
                     cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                     gP = cute.local_tile(o_part[bidx, split, None, None], (BLOCK_M, D_V), (rb, 0))
-                    store_rows_from_smem(sOf, gP, tidx, self.rows - rb * BLOCK_M, VEC_F32)
+                    store_rows_from_smem(sOf, gP, tidx, self.rows - rb * BLOCK_M, VEC_F32, BLOCK_M, D_V, MATH_THREADS)
                     for r in cutlass.range_constexpr(n_rows):
                         grow = rb * BLOCK_M + tOcO[r, 0][0]
                         if grow < self.rows:
