@@ -8,8 +8,9 @@ longest-first gives 1.05-1.16x; tests/test_split_order.py). This kernel (one CTA
 before the split kernel in the same stream, so a CUDA graph replayed with new lengths gets a new
 order) writes order[p] = z * slots + y, the work item the p-th CTA in launch order runs:
 - first every full split (chunk tiles: the largest items), sequence by sequence;
-- then each sequence's partial last split (1 .. chunk - 1 tiles) in decreasing size (a counting
-  sort on min(tiles, 1023): an exclusive scan of a histogram, then a shared-memory atomic cursor
+- then each sequence's partial last split (1 .. chunk - 1 tiles; an empty sequence's one split,
+  which writes its zero output, counts as size 1) in decreasing size (a counting sort on
+  min(tiles, 1023): an exclusive scan of a histogram, then a shared-memory atomic cursor
   per size, so the order among equal sizes varies run to run - the outputs do not, each item is
   computed the same way by whichever CTA runs it);
 - then -1 for the slots that hold no split (their CTAs return at once).
@@ -77,8 +78,10 @@ class FlashMlaOrderKernel:
                 n = (seqlens[first + k] + TILE - 1) // TILE
                 n_full[k] = n // self.chunk
                 rest[k] = n - n_full[k] * self.chunk
-                if rest[k] > 0:      # key: larger splits first
-                    cute.arch.atomic_add(st.size_scan.data_ptr() + (SIZES - cutlass.min(rest[k], SIZES - 1)),
+                if n == 0:
+                    rest[k] = -1     # an empty sequence still has its one split (it writes the zero output)
+                if rest[k] != 0:     # key: larger splits first; an empty split sorts with size 1
+                    cute.arch.atomic_add(st.size_scan.data_ptr() + (SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)),
                                          I32(1), scope="cta")
             my_full += n_full[k]
         full_scan[tidx] = my_full
@@ -109,8 +112,8 @@ class FlashMlaOrderKernel:
                     p = pos_full + s
                     order[p // slots, p % slots] = i * slots + s
                 pos_full += n_full[k]
-                if rest[k] > 0:
-                    key = SIZES - cutlass.min(rest[k], SIZES - 1)
+                if rest[k] != 0:
+                    key = SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)
                     # key >= 1: the splits of larger keys (smaller sizes) start after size_scan[key - 1]
                     p = n_full_all + size_scan[key - 1] + cute.arch.atomic_add(st.cursor.data_ptr() + key, I32(1),
                                                                                scope="cta")
@@ -139,7 +142,7 @@ def host_order(lens: list[int], chunk: int, slots: int) -> list[int]:
     sequence order here; the kernel's atomics may order them differently)."""
     n = [-(-s // TILE) for s in lens]
     full = [(i * slots + s) for i, k in enumerate(n) for s in range(k // chunk)]
-    partial = sorted(((min(k % chunk, SIZES - 1), i) for i, k in enumerate(n) if k % chunk),
+    partial = sorted(((min(max(k % chunk, 1), SIZES - 1), i) for i, k in enumerate(n) if k % chunk or k == 0),
                      key=lambda x: (-x[0], x[1]))
     out = full + [i * slots + n[i] // chunk for _, i in partial]
     return out + [-1] * (len(lens) * slots - len(out))
