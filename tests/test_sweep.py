@@ -422,13 +422,14 @@ def test_worker_benchmarks_records_and_survives_a_failed_job(tmp_path, monkeypat
     from mla_var3.runtime import bench, devices
     h200 = replace(devices.load_devices()["H200"], name="NVIDIA H200")
 
-    def fake_bench(plan, problem, device, *, tiling=None, seed=0, rep_ms=100.0):
+    def fake_bench(entries, problem, device, *, seed=0, rep_ms=100.0):
         if problem.s_q == 2:
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
-        return {"tiling_obj": None, "time_us": {"median": 2.0, "min": 1.0, "max": 3.0, "n": 5}, "tflops": 1.0,
-                "gbps": 2.0, "pct_roofline": 3.0, "pct_datasheet": 2.5, "bound": "memory", "flops": 1, "bytes": 2}
+        return [{"tiling_obj": None, "time_us": {"median": 2.0, "min": 1.0, "max": 3.0, "n": 5}, "tflops": 1.0,
+                 "gbps": 2.0, "pct_roofline": 3.0, "pct_datasheet": 2.5, "bound": "memory", "flops": 1, "bytes": 2}
+                for _ in entries]
     monkeypatch.setattr(devices, "current_device", lambda: h200)
-    monkeypatch.setattr(bench, "bench_plan", fake_bench)
+    monkeypatch.setattr(bench, "bench_plans", fake_bench)
     if not have_tqdm:
         monkeypatch.setattr(sweep, "tqdm", None)
     out, fail = sweep.worker_paths(tmp_path, 1, 2)

@@ -21,15 +21,7 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
                  tiling=None, **extra) -> dict:
     """Benchmark one plan on one problem (every stage of the call) and return its record.
     `tiling` (given by the user) wins over autotune and the cached winners."""
-    from mla_var3.runtime import devices
-    devices.require_arch(plan.name, plan.arch, device)
-    plan.require_supported(problem)              # before any input is allocated
-    if tiling is None:
-        tiling = choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)
-    fields = bench.bench_plan(plan, problem, device, tiling=tiling, seed=seed, rep_ms=rep_ms)
-    rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)
-    records.validate_record(rec)
-    return rec
+    return bench_records([plan], problem, device, seed=seed, rep_ms=rep_ms, tune=tune, tilings=[tiling], **extra)[0]
 
 
 def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.0, tune: bool = False,

@@ -48,19 +48,21 @@ def time_cudagraph(fn, rep_ms: float = 100.0) -> list[float]:
     return do_bench_cudagraph(fn, rep=rep_ms, return_mode="all")
 
 
+def per_call_stats(times_ms: list[float], n_sets: int, rotated_bytes: int) -> TimeStats:
+    """Per-call statistics (us) from timed replays of one step over `n_sets` rotating sets."""
+    per_call_us = [t * 1e3 / n_sets for t in times_ms]
+    return TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
+                     n=len(per_call_us), launches=n_sets, n_sets=n_sets, rotated_bytes=rotated_bytes)
+
+
 def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) -> TimeStats:
     """Time whole calls of `kern` (every stage) over the rotating (inputs, outputs, workspace)
-    sets inside one CUDA graph; returns per-call statistics."""
+    sets inside one CUDA graph; returns per-call statistics (bench_plans's protocol, one plan)."""
+    import torch
     sets = list(sets)
-
-    def step():
-        for inputs, outputs, workspace in sets:
-            kern.launch(inputs, outputs, workspace)
-
-    times_ms = time_cudagraph(step, rep_ms=rep_ms)
-    per_call_us = [t * 1e3 / len(sets) for t in times_ms]
-    return TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
-                     n=len(per_call_us), launches=len(sets), n_sets=len(sets), rotated_bytes=rotated_bytes)
+    replay = GraphReplay(kern, sets, rep_ms, torch.cuda.Stream())
+    (times_ms,) = interleaved_samples([replay], REPLAYS)
+    return per_call_stats(times_ms, len(sets), rotated_bytes)
 
 
 def interleaved_samples(replays: list, rounds: int) -> list[list[float]]:
@@ -116,14 +118,6 @@ class GraphReplay:
         return start.elapsed_time(end) / self.n_repeat
 
 
-def bench_plan(plan, problem, device, *, tiling=None, seed: int = 0, rep_ms: float = 100.0) -> dict:
-    """Benchmark one plan on one problem: rotating input sets (inputs + outputs + workspace
-    bytes past 3x L2), CUDA graph of whole calls, roofline.
-
-    Returns the fields of a `bench` record (records.make_record adds identity and environment)."""
-    return bench_plans([(plan, tiling)], problem, device, seed=seed, rep_ms=rep_ms)[0]
-
-
 def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
                 replays: int = REPLAYS) -> list[dict]:
     """Benchmark several (plan, tiling) on one problem, interleaved (module docstring): every plan
@@ -173,10 +167,7 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
     flops, nbytes = problem.flops_bytes(first)
     out = []
     for (_plan, kern, sets, per_set, compile_s, _replay), times_ms in zip(prepared, samples):
-        per_call_us = [t * 1e3 / len(sets) for t in times_ms]
-        stats = TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
-                          n=len(per_call_us), launches=len(sets), n_sets=len(sets),
-                          rotated_bytes=per_set * len(sets))
+        stats = per_call_stats(times_ms, len(sets), per_set * len(sets))
         point = roofline.roofline(flops, nbytes, stats.median, device)
         out.append({"tiling_obj": kern.tiling, "time_us": {**stats.to_dict(), "interleaved_with": len(prepared) - 1},
                     "tflops": point.tflops, "gbps": point.gbps,
