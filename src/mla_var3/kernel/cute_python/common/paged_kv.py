@@ -44,13 +44,9 @@ def _zero_rows_and_fence(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
                          num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
                          d: cutlass.Constexpr[int], box: cutlass.Constexpr[int]):
     """The zeroing both zero_tail_rows* share: `num_threads` callers clear rows tail..rows-1 of
-    the tile in `stage`, then fence the generic-proxy writes for the async proxy (no barrier)."""
-    n_zero = (rows - tail) * d
-    for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
-        r = tail + i // d
-        col = i % d
-        sK[(r, col % box, stage * (d // box) + col // box)] = sK.element_type(0.0)
-    cute.arch.fence_proxy("async.shared", space="cta")
+    the tile in `stage` in all d columns, then fence the generic-proxy writes for the async proxy
+    (no barrier): `zero_tail_value_rows` over the whole row."""
+    zero_tail_value_rows(sK, tail, stage, tid, num_threads, rows, d, box, d // box)
 
 
 @cute.jit
@@ -82,10 +78,10 @@ def zero_tail_value_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
                          num_threads: cutlass.Constexpr[int], rows: cutlass.Constexpr[int],
                          d_v: cutlass.Constexpr[int], box: cutlass.Constexpr[int],
                          chunks_per_stage: cutlass.Constexpr[int]):
-    """Zero rows tail..rows-1 of the K tile in `stage` in its first d_v (value) columns only, for a
-    kernel whose QK^T of that tile is done (the rope columns are read by QK^T alone), then fence
-    the writes for the async proxy. No barrier: the caller's next publish barrier orders them
-    before any P V (flash_mla_decode_v12 on)."""
+    """Zero rows tail..rows-1 of the K tile in `stage` in its first d_v columns (a stage holds
+    chunks_per_stage chunks of `box` columns), then fence the writes for the async proxy. No
+    barrier. flash_mla_decode_v12 on zero only the value columns (the rope columns are read by
+    QK^T alone, done by then) and let the next publish barrier order them before any P V."""
     n_zero = (rows - tail) * d_v
     for i in cutlass.range(tid, n_zero, num_threads, unroll=1):
         r = tail + i // d_v
