@@ -5,12 +5,14 @@ GPU: at least 200 random problems (lengths 0..20000 with 1 and exact page multip
 s_q 1..4, h_q in {8, 16, 32, 64, 128}, b 1..132, page size 16/32/64) for the newest version of
 every CuTe DSL, cuTile and PyTorch design, each through the same check code as `--check` (what a
 plan declares unsupported, e.g. a page size, is skipped with its reason).
-MLA_VAR3_FUZZ_EXAMPLES overrides the count.
+MLA_VAR3_FUZZ_EXAMPLES overrides the count. MLA_VAR3_FUZZ_SEED=k draws from hypothesis seed k instead of
+the derandomized stream, so n processes with seeds 1..n and n-th of the count each run n disjoint
+random streams side by side (the device's CPU cores compile the kernels of each drawn shape).
 """
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from mla_var3.layers.mla import decode as mla
@@ -18,6 +20,12 @@ from test_mla_layer import assert_reference_matches_naive
 
 LENGTHS = st.one_of(st.sampled_from([0, 1, 15, 16, 17, 32, 63, 64, 65, 128, 4096, 20000]), st.integers(0, 20000))
 PAGE_SIZES = st.sampled_from(mla.PAGE_SIZES)
+FUZZ_SEED = os.environ.get("MLA_VAR3_FUZZ_SEED")
+
+
+def _seeded(test):
+    """hypothesis seed MLA_VAR3_FUZZ_SEED when it is set (then not derandomized), else unchanged."""
+    return seed(int(FUZZ_SEED))(test) if FUZZ_SEED else test
 
 
 @st.composite
@@ -51,7 +59,8 @@ def _newest_plans():
 
 
 @pytest.mark.gpu
-@settings(max_examples=int(os.environ.get("MLA_VAR3_FUZZ_EXAMPLES", "200")), deadline=None, derandomize=True,
+@_seeded
+@settings(max_examples=int(os.environ.get("MLA_VAR3_FUZZ_EXAMPLES", "200")), deadline=None, derandomize=FUZZ_SEED is None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=decode_problems(), seed=st.integers(0, 1 << 20))
 def test_newest_versions_match_reference_on_random_problems(problem, seed):
