@@ -53,7 +53,6 @@ class FlashMlaDecodeV13(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v12 with the tail zeroing after the P stores, off the row max -> softmax chain"
 
     def supports(self, problem) -> list[str]:

@@ -58,7 +58,6 @@ class FlashMlaDecodeV14(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v13 with the split CTAs of a ragged batch run longest first (an order kernel on the device)"
 
     def supports(self, problem) -> list[str]:

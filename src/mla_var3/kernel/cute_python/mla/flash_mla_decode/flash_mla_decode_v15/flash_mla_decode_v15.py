@@ -58,7 +58,6 @@ class FlashMlaDecodeV15(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v14's longest-first order on v11's tail path, the warpgroups' barriers balanced"
 
     def supports(self, problem) -> list[str]:

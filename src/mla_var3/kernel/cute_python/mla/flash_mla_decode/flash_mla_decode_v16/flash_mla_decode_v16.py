@@ -58,7 +58,6 @@ class FlashMlaDecodeV16(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v14 with the last pair peeled off the loop (no tail branch in the steady state)"
 
     def supports(self, problem) -> list[str]:
