@@ -3,7 +3,7 @@ a coalesced epilogue, page ids read before the wait, the partial last tile zeroe
 the P publish) with the split CTAs run longest first on ragged batches: an order kernel computes,
 from the lengths on the device, which (sequence, split) each CTA in launch order runs.
 
-Device code: order.py (order), kernel.py (split), combine.py (combine). Devlog: docs/kernels/flash_mla_decode.md.
+Device code: common/split_order.py (order), kernel.py (split), combine.py (combine). Devlog: docs/kernels/flash_mla_decode.md.
 """
 from __future__ import annotations
 
@@ -95,7 +95,9 @@ class FlashMlaDecodeV14(KernelPlan):
         ensure_dsl_arch(arch)
         import torch
 
-        from . import combine, kernel, order
+        from mla_var3.kernel.cute_python.common import split_order as order
+
+        from . import combine, kernel
         longest_first = tiling.order == "longest_first"
 
         def split_args(inputs, outputs, ws):
@@ -129,7 +131,7 @@ class FlashMlaDecodeV14(KernelPlan):
             return self.runtime(tiling, split, merge, workspace=workspace)
         sort = CuteKernel(stage="order", **common, fake_args=order.fake_arguments,
                           launch_args=lambda inputs, outputs, ws: order.launch_arguments(inputs.cache_seqlens, ws),
-                          build=lambda: order.FlashMlaOrderKernel(tiling.chunk))
+                          build=lambda: order.SplitOrderKernel(tiling.chunk))
         return self.runtime(tiling, sort, split, merge, workspace=workspace)
 
     def plan(self, inputs, tiling) -> RuntimeKernel:

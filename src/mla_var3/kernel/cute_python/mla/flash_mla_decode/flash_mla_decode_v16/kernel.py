@@ -3,7 +3,7 @@
 Check (GPU):        MLA_VAR3_RUN_QUARANTINED=1 python -m mla_var3.kernel flash_mla_decode_v16 --check
 Benchmark (GPU):    ... flash_mla_decode_v16 --grid=bench --compare=flash_mla_decode_v14,flash_mla_decode_v11
 Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v16 --compile-only --arch=sm_90a
-The device functions are `flash_mla_decode_v16_order_kernel` (order.py), `flash_mla_decode_v16_kernel`
+The device functions are `split_order_kernel` (common/split_order.py), `flash_mla_decode_v16_kernel`
 (split) and `flash_mla_decode_v16_combine_kernel`.
 
 What changed from v14 (one mechanism: the tail branch leaves the steady-state loop). v12-v14 zero
@@ -26,7 +26,7 @@ ragged batch (the bench grid's varlen cells: lengths ~ N(seqlen, seqlen / 2)) fi
 CTAs started late while most SMs idled: v11 took 1.47-1.49x its fixed-length time on the same
 total of keys (interleaved bench, 2026-12-01), and FlashMLA's varlen cells run at 1.08-1.17x its fixed
 ones. With `order=longest_first` (the default when the tile counts differ) an order kernel
-(order.py), launched before the split kernel in the same stream, writes order[z, y] = the work
+(common/split_order.py), launched before the split kernel in the same stream, writes order[z, y] = the work
 item (sequence * slots + split) of the CTA at that place in launch order: every full split first,
 then the partial last splits by decreasing size, then -1 (no work). The split kernel reads its
 item from there instead of taking its block index at face value; everything else is v13's. The
@@ -278,7 +278,7 @@ class FlashMlaDecodeKernel:
         self.page_size = page_size
         self.pages_per_tile = TILE // page_size
         self.timeline = timeline                     # instrumented build: __call__ takes the timeline buffer
-        self.longest_first = longest_first           # v14: CTA (y, z) runs work item order[z, y] (order.py)
+        self.longest_first = longest_first           # v14: CTA (y, z) runs work item order[z, y] (common/split_order.py)
 
     # ---------------------------------------------------------------- host side
     @cute.jit
@@ -361,7 +361,7 @@ class FlashMlaDecodeKernel:
         tidx, _, _ = cute.arch.thread_idx()
         rb, split, bidx = cute.arch.block_idx()      # row block, split, sequence
         if cutlass.const_expr(self.longest_first):
-            # v14: the CTA's place in launch order picks the work item, longest first (order.py);
+            # v14: the CTA's place in launch order picks the work item, longest first (common/split_order.py);
             # -1: no split left for this CTA (split past any sequence's count: it does nothing)
             item = order[bidx, split]
             n_slots = order.shape[1]

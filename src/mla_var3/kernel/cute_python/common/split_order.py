@@ -1,4 +1,5 @@
-"""Order kernel of flash_mla_decode_v15: which (sequence, split) each split CTA runs, longest first.
+"""The split order kernel of flash_mla_decode_v14+: which (sequence, split) each split CTA runs, longest
+first (shared unchanged by v14-v17; written for v14).
 
 The split kernel's grid has b x slots CTAs per row block; CTA (slot y, sequence z) used to run
 split y of sequence z, so the launch order - which the hardware follows closely when it hands
@@ -32,7 +33,7 @@ SIZES = THREADS                 # counting-sort keys: partial sizes 1 .. SIZES -
 I32 = cutlass.Int32
 
 
-class FlashMlaOrderKernel:
+class SplitOrderKernel:
     """Constexpr config: `chunk`, the KV tiles per split (the split kernel's)."""
 
     def __init__(self, chunk: int):
@@ -49,11 +50,11 @@ class FlashMlaOrderKernel:
             cursor: cute.struct.MemRange[I32, SIZES]
 
         self.storage = Storage
-        self.flash_mla_decode_v15_order_kernel(seqlens, order).launch(
+        self.split_order_kernel(seqlens, order).launch(
             grid=(1, 1, 1), block=(THREADS, 1, 1), stream=stream)
 
     @cute.kernel
-    def flash_mla_decode_v15_order_kernel(self, seqlens: cute.Tensor, order: cute.Tensor):
+    def split_order_kernel(self, seqlens: cute.Tensor, order: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         b = seqlens.shape[0]
         slots = order.shape[1]
@@ -122,7 +123,7 @@ class FlashMlaOrderKernel:
             order[p // slots, p % slots] = -1
 
 
-def fake_arguments(k: FlashMlaOrderKernel) -> tuple:
+def fake_arguments(k: SplitOrderKernel) -> tuple:
     """Fake tensors in __call__'s order: seqlens [b] i32, order [b, slots] i32."""
     b = cute.sym_int(symbol="b")
     slots = cute.sym_int(symbol="split_slots")
