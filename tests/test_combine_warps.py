@@ -53,3 +53,9 @@ def test_only_a_shared_row_meets_barriers(monkeypatch):
         bars[warps] = sum(op.startswith("BAR.SYNC") for op in
                           (w[1] if w[0].startswith("@") else w[0] for w in map(str.split, sass.instructions(text))))
     assert bars[1] == 0 and bars[8] == 2, bars
+
+
+def test_the_combine_kernel_refuses_other_warp_counts():
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v17 import combine
+    with pytest.raises(ValueError, match="warps: expected 1, 2, 4 or 8 warps per query row"):
+        combine.FlashMlaCombineKernel(1, 16, 4, warps=3)

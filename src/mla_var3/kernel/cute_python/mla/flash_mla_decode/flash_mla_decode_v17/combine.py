@@ -27,8 +27,6 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 from cutlass.memory import SmemAllocator
 
-from .flash_mla_decode_v17 import COMBINE_WARPS
-
 D_V = 512
 PAGE = 64
 WARPS_PER_CTA = 8
@@ -43,8 +41,8 @@ class FlashMlaCombineKernel:
     warps per query row (`warps`)."""
 
     def __init__(self, s_q: int, h_q: int, chunk: int, warps: int = 1):
-        if warps not in COMBINE_WARPS:
-            raise ValueError(f"warps: expected one of {COMBINE_WARPS} warps per query row, got {warps}")
+        if not isinstance(warps, int) or warps < 1 or WARPS_PER_CTA % warps:
+            raise ValueError(f"warps: expected 1, 2, 4 or 8 warps per query row (a divisor of {WARPS_PER_CTA}), got {warps}")
         self.s_q, self.h_q, self.chunk, self.warps = s_q, h_q, chunk, warps
         self.rows = s_q * h_q
         self.rows_per_cta = WARPS_PER_CTA // warps
