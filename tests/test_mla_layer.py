@@ -132,6 +132,9 @@ def test_grids_cover_what_the_design_asks():
     assert len(pages) == 18 and {p.page_size for p in pages} == {16, 32, 64}
     assert {(p.b, p.seqlen, p.varlen) for p in pages} == {(128, 4096, False)}
     assert {p.h_q for p in pages} == {16, 64, 128} and {p.s_q for p in pages} == {1, 2}
+    small = mla.grid("small_batch")                    # the MLA issue's small batches with long context
+    assert {(p.b, p.h_q) for p in small} == {(b, h) for b in (1, 4, 16) for h in (16, 128)}
+    assert {(p.s_q, p.seqlen, p.varlen, p.page_size) for p in small} == {(1, 32768, False, 64)}
     with pytest.raises(mla.ProblemError, match="grid"):
         mla.grid("nope")
 

@@ -548,8 +548,14 @@ def _serving_grid() -> list[MlaDecodeProblem]:
             for s_q in (1, 4) for h_q in (8, 16, 32, 64, 128) for page in (64, 16)]
 
 
+def _small_batch_grid() -> list[MlaDecodeProblem]:
+    """The MLA issue's small batches with long context: b 1/4/16, s_q=1, h_q 16/128, seqlen 32768
+    (few sequences, so the split count and the combine decide the time)."""
+    return [MlaDecodeProblem(b=b, s_q=1, h_q=h_q, seqlen=32768) for b in (1, 4, 16) for h_q in (16, 128)]
+
+
 MlaDecodeProblem.grids = {"check": _check_grid, "bench": _bench_grid, "pages": _pages_grid, "serving": _serving_grid,
-                          "smoke": _smoke_grid, "sanitize": _sanitize_grid}
+                          "small_batch": _small_batch_grid, "smoke": _smoke_grid, "sanitize": _sanitize_grid}
 
 
 def grid(name: str) -> list[MlaDecodeProblem]:
