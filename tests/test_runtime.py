@@ -1,6 +1,7 @@
 """Runtime pieces on the CPU: devices + arch gate, roofline, records, bench sizing, check, tilings."""
 import json
 import statistics
+import types
 
 import pytest
 import torch
@@ -352,3 +353,24 @@ def test_compared_plans_are_benchmarked_together_and_recorded_in_order(monkeypat
     assert seen == [["torch_mla_decode_v1", "torch_mla_decode_v1"]]
     assert [r["time_us"]["median"] for r in recs] == [2.0, 3.0]
     assert all(r["time_us"]["interleaved_with"] == 1 for r in recs)
+
+
+def test_an_autotune_trial_is_timed_by_the_benchmark_protocol(monkeypatch):
+    """A trial checks the config on the small variant first, then times it through bench.bench_plans
+    (rotating sets past L2, the interleaved-replay median), handing over the shared inputs."""
+    from mla_var3.runtime import autotune
+    calls = []
+    monkeypatch.setattr(check, "check_one", lambda plan, small, **kw: calls.append(("check", small.key()))
+                        or types.SimpleNamespace(status="pass", reason=""))
+    monkeypatch.setattr(devices, "current_device", lambda: "the-gpu")
+
+    def fake_bench_plans(entries, problem, device, *, seed, rep_ms, inputs):
+        calls.append(("bench", [t for _, t in entries], device, rep_ms, inputs))
+        return [{"time_us": {"median": 12.5}}]
+    monkeypatch.setattr(bench, "bench_plans", fake_bench_plans)
+    problem = mla.MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=4096)
+    plan = registry.get_plan("flash_mla_decode_v16")
+    tiling = plan.default_tiling(problem)
+    got = autotune.trial_in_process(plan, problem, tiling, inputs="shared", rep_ms=7.0)
+    assert got == {"status": "ok", "time_us": 12.5}
+    assert calls == [("check", problem.small_variant().key()), ("bench", [tiling], "the-gpu", 7.0, "shared")]

@@ -2,7 +2,8 @@
 
 Configs are pruned by Tiling.validate (reasons kept). Each survivor is first checked against
 the reference on a small problem of the same static shape (`problem.small_variant()`), then
-built, compiled and timed with do_bench_cudagraph (whole calls, every stage). A config that
+built, compiled and timed with the benchmark's protocol (`bench.bench_plans`: whole calls, every
+stage, in a CUDA graph over input sets rotated past L2; the median of the replays). A config that
 fails to compile, raises, gives a wrong answer or (isolated) exceeds its time limit is recorded
 with its reason and skipped. With `isolate=True` (what `--autotune` uses) each config runs in
 its own process (`python -m mla_var3.cli.tune_trial`) under a timeout, so a hung kernel cannot
@@ -87,25 +88,22 @@ def store(plan, problem, gpu_name: str, tiling, time_us: float) -> None:
 TRIAL_TIMEOUT_S = 300
 
 
-def trial_in_process(plan, problem, tiling, *, inputs=None, outputs=None, rep_ms: float = 50.0,
+def trial_in_process(plan, problem, tiling, *, inputs=None, rep_ms: float = 50.0,
                      seed: int = 0, verify: bool = True) -> dict:
-    """One config here: check it on a small problem of the same shape, then time it on `problem`.
+    """One config here: check it on a small problem of the same shape, then time it on `problem`
+    with the benchmark's own protocol (bench.bench_plans: whole calls in a CUDA graph over input
+    sets rotated past L2, median of the replays), so a trial never times L2-resident data.
     Returns {"status": "ok", "time_us"} or {"status": "wrong"|"failed", "error"}."""
-    from mla_var3.runtime import bench, check
+    from mla_var3.runtime import bench, check, devices
     try:
         if verify:
             small = problem.small_variant()
             res = check.check_one(plan, small, seed=seed, device="cuda", tiling=tiling)
             if res.status == "fail":
                 return {"status": "wrong", "error": f"on {small.key()}: {res.reason}"}
-        inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
-        outputs = outputs if outputs is not None else problem.make_outputs(inputs)
-        kern = plan.build(inputs, tiling)
-        kern.compile()
-        workspace = kern.prepare(inputs)
-        kern.launch(inputs, outputs, workspace)
-        times = bench.time_cudagraph(lambda: kern.launch(inputs, outputs, workspace), rep_ms=rep_ms)
-        return {"status": "ok", "time_us": sorted(times)[len(times) // 2] * 1e3}
+        (rec,) = bench.bench_plans([(plan, tiling)], problem, devices.current_device(), seed=seed, rep_ms=rep_ms,
+                                   inputs=inputs)
+        return {"status": "ok", "time_us": rec["time_us"]["median"]}
     except Exception as e:     # a failing config is data, not a crash
         return {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
 
@@ -146,7 +144,6 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
             return TuneResult(best=hit, best_us=None, cached=True)
     if not isolate:
         inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
-        outputs = problem.make_outputs(inputs)
     result = TuneResult(best=None, best_us=None)
     for tiling in (configs if configs is not None else plan.autotune_configs(problem)):
         reasons = tiling.validate(problem, device)
@@ -156,8 +153,7 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
         if isolate:
             trial = run_trial(trial_command(plan, problem, tiling, rep_ms=rep_ms, seed=seed), timeout_s)
         else:
-            trial = trial_in_process(plan, problem, tiling, inputs=inputs, outputs=outputs, rep_ms=rep_ms,
-                                     seed=seed, verify=verify)
+            trial = trial_in_process(plan, problem, tiling, inputs=inputs, rep_ms=rep_ms, seed=seed, verify=verify)
         result.trials.append({"tiling": tiling.key(), **trial})
         if trial["status"] == "ok" and (result.best_us is None or trial["time_us"] < result.best_us):
             result.best, result.best_us = tiling, trial["time_us"]

@@ -42,12 +42,6 @@ def sets_needed(bytes_per_set: int, l2_bytes: int, multiple: int = L2_MULTIPLE, 
     return max(1, min(cap, math.ceil(multiple * l2_bytes / bytes_per_set)))
 
 
-def time_cudagraph(fn, rep_ms: float = 100.0) -> list[float]:
-    """Per-call times (ms) of `fn` from triton's do_bench_cudagraph (graph of many calls)."""
-    from triton.testing import do_bench_cudagraph
-    return do_bench_cudagraph(fn, rep=rep_ms, return_mode="all")
-
-
 def per_call_stats(times_ms: list[float], n_sets: int, rotated_bytes: int) -> TimeStats:
     """Per-call statistics (us) from timed replays of one step over `n_sets` rotating sets."""
     per_call_us = [t * 1e3 / n_sets for t in times_ms]
@@ -119,10 +113,11 @@ class GraphReplay:
 
 
 def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
-                replays: int = REPLAYS) -> list[dict]:
+                replays: int = REPLAYS, inputs=None) -> list[dict]:
     """Benchmark several (plan, tiling) on one problem, interleaved (module docstring): every plan
     is built, compiled, given its rotating sets (the input sets are shared, outputs and workspace
     are each plan's) and captured first; then the graphs are replayed in turn, `replays` rounds.
+    `inputs`: the first input set when the caller already made it (autotune's trials share one).
     Returns the fields of each plan's `bench` record, in the order given."""
     import torch
 
@@ -131,7 +126,7 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
     from mla_var3.runtime.profiling import annotate
 
     require_fits(problem, "cuda")
-    first = problem.make_inputs(seed=seed, device="cuda")
+    first = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
     inputs = [first]
 
     def inputs_set(i):
