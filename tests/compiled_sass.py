@@ -18,3 +18,8 @@ def stage_sass(kern, name: str) -> str:
 
 def split_sass(kern) -> str:
     return stage_sass(kern, "split")
+
+
+def opcodes(text: str) -> list[str]:
+    """The opcode of each SASS instruction in address order (a predicate guard such as `@!P0` skipped)."""
+    return [w[1] if w[0].startswith("@") else w[0] for w in map(str.split, sass.instructions(text))]

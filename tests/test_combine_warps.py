@@ -3,7 +3,7 @@ plan's choice of warps, the tiling's refusal of other counts, and the compiled c
 memory and barriers only when a row has more than one warp)."""
 import pytest
 
-from compiled_sass import stage_sass
+from compiled_sass import opcodes, stage_sass
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import kernel_plan, registry, sass
 
@@ -50,8 +50,7 @@ def test_only_a_shared_row_meets_barriers(monkeypatch):
     for warps in (1, 8):
         tiling = plan.Tiling(chunk=4, combine_warps=warps)
         text = stage_sass(plan.plan(inputs, tiling), "combine")
-        bars[warps] = sum(op.startswith("BAR.SYNC") for op in
-                          (w[1] if w[0].startswith("@") else w[0] for w in map(str.split, sass.instructions(text))))
+        bars[warps] = sum(op.startswith("BAR.SYNC") for op in opcodes(text))
     assert bars[1] == 0 and bars[8] == 2, bars
 
 

@@ -4,7 +4,7 @@ first TMA box there is no global load (v9 waits, then loads the block table, the
 which splits the refills over two producer warps, keeps that."""
 import pytest
 
-from compiled_sass import split_sass
+from compiled_sass import opcodes, split_sass
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import kernel_plan, registry, sass
 
@@ -14,7 +14,7 @@ HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 def _producer_ops(text: str) -> list[str]:
     """Opcodes of the producer warpgroup's region (ptxas lays it out first: from its
     setmaxnreg.dec to the math warpgroups' setmaxnreg.inc), in address order."""
-    ops = [words[1] if words[0].startswith("@") else words[0] for words in map(str.split, sass.instructions(text))]
+    ops = opcodes(text)
     start = next(i for i, op in enumerate(ops) if op.startswith("USETMAXREG.DEALLOC"))
     end = next(i for i, op in enumerate(ops) if op.startswith("USETMAXREG.TRY_ALLOC"))
     return ops[start:end]

@@ -18,7 +18,7 @@ def _order_module():
     return split_order
 
 
-def _plan(monkeypatch):
+def _plan():
     return registry.get_plan(V14)
 
 
@@ -61,10 +61,10 @@ def test_host_order_is_a_permutation_largest_first():
 
 @pytest.mark.parametrize("seqlen", [4096, 8192])
 @pytest.mark.parametrize("h_q", [16, 64])
-def test_longest_first_nearly_removes_the_ragged_tail_in_the_model(seqlen, h_q, monkeypatch):
+def test_longest_first_nearly_removes_the_ragged_tail_in_the_model(seqlen, h_q):
     """The bench grid's varlen cells (b=128): CTAs in grid order finish at >= 1.5x the ideal
     (total tiles / SMs + C0), longest first at <= 1.2x; measured v11 varlen/fixed time: 1.47-1.49x."""
-    plan = _plan(monkeypatch)
+    plan = _plan()
     problem = MlaDecodeProblem(b=128, s_q=1, h_q=h_q, seqlen=seqlen, varlen=True)
     lens = problem.resolve_seqlens(0)
     tiles = _tiles(lens)
@@ -76,17 +76,17 @@ def test_longest_first_nearly_removes_the_ragged_tail_in_the_model(seqlen, h_q, 
     assert _makespan(_order_module().host_order(lens, chunk, slots), tiles, chunk, slots) / ideal <= 1.2
 
 
-def test_the_plan_sorts_ragged_batches_only(monkeypatch):
-    plan = _plan(monkeypatch)
+def test_the_plan_sorts_ragged_batches_only():
+    plan = _plan()
     assert plan.default_tiling(MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, varlen=True)).order == "longest_first"
     assert plan.default_tiling(MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096)).order == "grid"
     configs = plan.autotune_configs(MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096))
     assert {c.order for c in configs} == {"grid", "longest_first"}
 
 
-def test_bad_orders_are_refused(monkeypatch):
+def test_bad_orders_are_refused():
     from mla_var3.runtime.devices import load_devices
-    plan = _plan(monkeypatch)
+    plan = _plan()
     h200 = load_devices()["H200"]
     T = plan.Tiling
     assert any("order must be one of grid, longest_first" in r
@@ -95,7 +95,7 @@ def test_bad_orders_are_refused(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("lens", [[5000, 70, 129, 64 * 68, 0, 9000, 64 * 68 * 2 + 1, 640], "varlen"])
-def test_order_kernel_matches_the_host_mirror(lens, monkeypatch):
+def test_order_kernel_matches_the_host_mirror(lens):
     import torch
 
     from mla_var3.runtime import devices
@@ -106,7 +106,7 @@ def test_order_kernel_matches_the_host_mirror(lens, monkeypatch):
         lens = MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, varlen=True).resolve_seqlens(0)
     chunk = 68
     slots = -(-max(_tiles(lens)) // chunk) + 1                       # one slot more than needed: -1 entries
-    plan = _plan(monkeypatch)
+    plan = _plan()
     problem = MlaDecodeProblem(b=len(lens), s_q=1, h_q=16, seqlens=tuple(lens))
     x = problem.make_inputs(seed=0, device="cuda")
     kern = plan.build(x, plan.Tiling(chunk=chunk, order="longest_first"))

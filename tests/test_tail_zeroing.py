@@ -5,7 +5,7 @@ kernel has one named-barrier sync fewer and no other change in barriers or TMA l
 the zeroing later (after the P stores) without changing any of those counts."""
 import pytest
 
-from compiled_sass import split_sass
+from compiled_sass import opcodes, split_sass
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import kernel_plan, registry, sass
 
@@ -13,7 +13,7 @@ HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 
 
 def _opcode_counts(text: str) -> dict[str, int]:
-    ops = [words[1] if words[0].startswith("@") else words[0] for words in map(str.split, sass.instructions(text))]
+    ops = opcodes(text)
     return {"bar_sync": sum(op.startswith("BAR.SYNC") for op in ops),
             "bar_arrive": sum(op.startswith("BAR.ARV") for op in ops),
             "tma": sum(op.startswith("UTMALDG") for op in ops),

@@ -127,12 +127,12 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
 
     require_fits(problem, "cuda")
     first = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
-    inputs = [first]
+    input_sets = [first]
 
     def inputs_set(i):
-        while len(inputs) <= i:
-            inputs.append(problem.make_inputs(seed=seed, device="cuda", data_seed=seed + 1000 * len(inputs)))
-        return inputs[i]
+        while len(input_sets) <= i:
+            input_sets.append(problem.make_inputs(seed=seed, device="cuda", data_seed=seed + 1000 * len(input_sets)))
+        return input_sets[i]
 
     stream = torch.cuda.Stream()
     prepared = []
@@ -151,8 +151,7 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
         n_sets = sets_needed(per_set, device.l2_bytes)
         sets += [one_set(inputs_set(i)) for i in range(1, n_sets)]
         with annotate(plan.name, cfg, "warmup"):
-            kern.launch(*sets[0])                        # warm-up outside the graph
-            replay = GraphReplay(kern, sets, rep_ms, stream)
+            replay = GraphReplay(kern, sets, rep_ms, stream)   # warms every set up before capturing
         prepared.append((plan, kern, sets, per_set, compile_s, replay))
 
     clocks_before = records.gpu_clocks()
