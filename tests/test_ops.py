@@ -446,14 +446,12 @@ def _graph_replays_with_new_lengths(problem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_SHAPES, ids=GPU_IDS)
 def test_gpu_eager_matches_the_reference_through_the_preferred_kernel(problem):
-    """The fastest measured CuTe DSL version that takes the problem: v9 (it runs every page size;
-    v4, next in the order, maps one TMA box per 64-row page)."""
+    """The first usable CuTe DSL version of the measured order (conf/ops/mla_decode_order.json)
+    that takes the problem, whichever that is today."""
     x = problem.make_inputs(seed=1, device="cuda")
     _assert_matches(problem, x, _call(x))
     used = ops.kernels_in_use()[0]["kernel"]
     assert used == _preferred(problem), f"expected {_preferred(problem)}, the op chose {used}"
-    if _usable(registry.get_plan("flash_mla_decode_v9")):
-        assert used == "flash_mla_decode_v9"
 
 
 @pytest.mark.gpu

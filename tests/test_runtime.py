@@ -374,3 +374,34 @@ def test_an_autotune_trial_is_timed_by_the_benchmark_protocol(monkeypatch):
     got = autotune.trial_in_process(plan, problem, tiling, inputs="shared", rep_ms=7.0)
     assert got == {"status": "ok", "time_us": 12.5}
     assert calls == [("check", problem.small_variant().key()), ("bench", [tiling], "the-gpu", 7.0, "shared")]
+
+
+def test_a_tune_run_prints_every_trial_and_keeps_a_tune_record(tmp_path, capsys):
+    from mla_var3.cli.kernel import tune_reporter
+    from mla_var3.runtime import autotune, records
+    plan = registry.get_plan("torch_mla_decode_v1")
+    problem = mla.MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=64)
+    good, slow = plan.Tiling(batch_chunk=8), plan.Tiling(batch_chunk=2)
+    result = autotune.TuneResult(best=good, best_us=3.5, trials=[
+        {"tiling": slow.key(), "status": "ok", "time_us": 7.0},
+        {"tiling": good.key(), "status": "ok", "time_us": 3.5},
+        {"tiling": "batch_chunk=0", "status": "invalid", "error": "batch_chunk must be >= 1"}])
+    tune_reporter(tmp_path)(plan, problem, result)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[1].endswith("<- best") and "invalid: batch_chunk must be >= 1" in lines[2]
+    (rec,) = records.load(tmp_path)
+    assert rec["kind"] == "tune" and rec["tiling_key"] == good.key() and rec["best_us"] == 3.5
+    assert [t["tiling"] for t in rec["trials"]] == [slow.key(), good.key(), "batch_chunk=0"]
+
+
+def test_compile_only_with_autotune_covers_each_config_of_a_shape_once(monkeypatch):
+    from mla_var3.cli.kernel import with_tune_configs
+    plan = registry.get_plan("flash_mla_decode_v17")
+    problems = [mla.MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=32768),
+                mla.MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=32768),
+                mla.MlaDecodeProblem(b=1, s_q=1, h_q=128, seqlen=32768)]
+    pairs = list(with_tune_configs(plan, problems))
+    keys = [(p.static_key(), t.key()) for p, t in pairs]
+    assert len(keys) == len(set(keys))
+    for p in problems:
+        assert {t.key() for t in plan.autotune_configs(p)} <= {k for s, k in keys if s == p.static_key()}

@@ -9,11 +9,16 @@ from __future__ import annotations
 from mla_var3.runtime import autotune, bench, check, records
 
 
-def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 50.0):
-    """What a benchmark of `problem` runs: a fresh autotune when asked, else the cached or
-    committed winner, else None (the plan's default)."""
+def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 50.0, isolate: bool = True,
+                  on_tuned=None):
+    """What a benchmark of `problem` runs: a fresh autotune when asked (each trial in its own
+    process unless `isolate=False`; `on_tuned(plan, problem, result)` sees every trial), else the
+    cached or committed winner, else None (the plan's default)."""
     if tune:
-        return autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=True).best
+        result = autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=isolate)
+        if on_tuned is not None:
+            on_tuned(plan, problem, result)
+        return result.best
     return autotune.lookup(plan, problem, device.name)
 
 
@@ -25,7 +30,7 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
 
 
 def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.0, tune: bool = False,
-                  tilings=None, **extra) -> list[dict]:
+                  tilings=None, isolate: bool = True, on_tuned=None, **extra) -> list[dict]:
     """Benchmark several plans on one problem, timed interleaved (runtime/bench.bench_plans: the
     same clock and power history for each), and return their records in the order given.
     `tilings` (one per plan, None = the plan's choice) win over autotune and the cached winners."""
@@ -36,7 +41,8 @@ def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.
         devices.require_arch(plan.name, plan.arch, device)
         plan.require_supported(problem)          # before any input is allocated
         entries.append((plan, tiling if tiling is not None
-                        else choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms)))
+                        else choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms, isolate=isolate,
+                                           on_tuned=on_tuned)))
     out = []
     for (plan, _), fields in zip(entries, bench.bench_plans(entries, problem, device, seed=seed, rep_ms=rep_ms)):
         rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)

@@ -75,7 +75,12 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--prof_inner", choices=("ncu", "sanitize"), help=argparse.SUPPRESS)
     ap.add_argument("--problem_json", help=argparse.SUPPRESS)       # the inner profiling run's problem
     ap.add_argument("--tool-log", dest="tool_log", help="append ncu's / compute-sanitizer's raw output here")
-    ap.add_argument("--autotune", action="store_true", help="autotune the tiling before benchmarking")
+    ap.add_argument("--autotune", action="store_true",
+                    help="autotune the tiling before benchmarking (each trial printed and kept as a 'tune' record; "
+                         "with --compile-only: compile every config of the search space ahead, for the AOT cache)")
+    ap.add_argument("--tune-in-process", dest="tune_in_process", action="store_true",
+                    help="with --autotune: run the trials in this process (compiles shared across problems of one "
+                         "shape; a hung config hangs the run) instead of one process per trial under a timeout")
     ap.add_argument("--tiling", help="key=value,... fields of the first kernel's Tiling (e.g. chunk=16); "
                                      "wins over --autotune and cached winners")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
@@ -183,6 +188,18 @@ def compile_problems(plan, problems) -> list:
     return list(seen.values())
 
 
+def with_tune_configs(plan, problems):
+    """(problem, tiling) for every config of each problem's autotune search space, each
+    (static shape, tiling) once: what `--autotune` on these problems will compile."""
+    seen = set()
+    for p in problems:
+        for tiling in plan.autotune_configs(p):
+            key = (p.static_key(), tiling.key())
+            if key not in seen:
+                seen.add(key)
+                yield p, tiling
+
+
 def cmd_compile_only(names, problems, args, kind) -> int:
     from mla_var3.runtime import aot_cache, devices, registry
     devices.check_arch_name(args.arch)
@@ -196,15 +213,15 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             continue
         # with the AOT cache every build a run of these problems needs, else one per static shape
         shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
-        for p in shapes:
-            label = f"{name} {p.static_key()}"
+        for p, tiling in with_tune_configs(plan, problems) if args.autotune else ((p, None) for p in shapes):
+            label = f"{name} {p.static_key()}" + (f" {tiling.key()}" if tiling is not None else "")
             reasons = plan.supports(p)
             if reasons:
                 print(f"{label}: skipped, {'; '.join(reasons)}")
                 continue
             t0 = time.perf_counter()
             try:
-                info = plan.compile_only(p, args.arch)
+                info = plan.compile_only(p, args.arch, tiling=tiling)
             except Exception as ex:
                 failed += 1
                 print(f"{label}: FAILED {type(ex).__name__}: {str(ex).splitlines()[0] if str(ex) else ''}")
@@ -294,6 +311,7 @@ def cmd_bench(names, problems, args, kind) -> int:
             plans.append(plan)
         # every plan of this problem timed in turn (one clock and power history for all of them)
         timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
+                                   isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
                                    tilings=[user_tiling(args, p, names) for p in plans]) if plans else []
         for rec in timed:
             records.append(rec, args.records)
@@ -305,6 +323,24 @@ def cmd_bench(names, problems, args, kind) -> int:
     print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))
     write_json(args.json, [r for r in recs if r["kind"] == "bench"])
     return 0
+
+
+def tune_reporter(records_dir):
+    """Prints every autotune trial of a bench run (fastest marked) and appends one 'tune' record
+    per (kernel, problem) to the run's records: the search is data, not only its winner."""
+    def report(plan, problem, result) -> None:
+        from mla_var3.runtime import records
+        if result.cached:
+            print(f"  tune {plan.name:21} {problem.key():44} cached winner {result.best.key()}", flush=True)
+            return
+        best = result.best.key() if result.best is not None else None
+        for t in result.trials:
+            what = f"{t['time_us']:9.1f} us" if t["status"] == "ok" else f"{t['status']}: {t.get('error', '')[:90]}"
+            mark = "  <- best" if t["tiling"] == best else ""
+            print(f"  tune {plan.name:21} {problem.key():44} {t['tiling']:60} {what}{mark}", flush=True)
+        records.append(records.make_record("tune", plan, result.best, problem, trials=result.trials,
+                                           best_us=result.best_us), records_dir)
+    return report
 
 
 def cmd_devlog(names, args, docs) -> int:

@@ -30,6 +30,7 @@ BENCH_KEYS = {"time_us": dict, "tflops": float, "gbps": float, "pct_roofline": f
               "pct_datasheet": float, "bound": str, "flops": int, "bytes": int}
 CHECK_KEYS = {"passed": bool, "seeds": list, "errors": dict}
 PROFILE_KEYS = {"prof_type": str, "rows": list}
+TUNE_KEYS = {"trials": list}                     # an autotune: every config tried, the winner in "tiling"
 PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "cuda-tile", "apache-tvm-ffi")
 
 
@@ -120,6 +121,8 @@ def validate_record(rec: dict) -> None:
         need.update(CHECK_KEYS)
     elif rec.get("kind") == "profile":
         need.update(PROFILE_KEYS)
+    elif rec.get("kind") == "tune":
+        need.update(TUNE_KEYS)
     for key, typ in need.items():
         if key not in rec:
             raise RecordError(f"record: missing field {key!r}")

@@ -73,7 +73,6 @@ class FlashMlaDecodeV17(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v16 with several warps per query row in the combine (small batches split many ways)"
 
     def supports(self, problem) -> list[str]:
