@@ -405,3 +405,12 @@ def test_compile_only_with_autotune_covers_each_config_of_a_shape_once(monkeypat
     assert len(keys) == len(set(keys))
     for p in problems:
         assert {t.key() for t in plan.autotune_configs(p)} <= {k for s, k in keys if s == p.static_key()}
+
+
+def test_a_bench_record_keeps_every_replay_in_the_order_timed():
+    """The spread of a kernel's replays (clock drift, throttling) is data: the record keeps each
+    replay's per-launch time, not only median/min/max."""
+    stats = bench.per_call_stats([2.0, 3.0, 2.5], n_sets=2, rotated_bytes=10)
+    d = stats.to_dict()
+    assert d["samples"] == [1000.0, 1500.0, 1250.0] and d["median"] == 1250.0 and d["n"] == 3
+    json.dumps(d)

@@ -30,9 +30,12 @@ class TimeStats:
     launches: int      # launches per replay
     n_sets: int        # input sets rotated
     rotated_bytes: int
+    samples: tuple = ()  # each replay's per-launch time (us), in the order timed: drift shows here
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["samples"] = list(self.samples)
+        return d
 
 
 def sets_needed(bytes_per_set: int, l2_bytes: int, multiple: int = L2_MULTIPLE, cap: int = MAX_SETS) -> int:
@@ -46,7 +49,8 @@ def per_call_stats(times_ms: list[float], n_sets: int, rotated_bytes: int) -> Ti
     """Per-call statistics (us) from timed replays of one step over `n_sets` rotating sets."""
     per_call_us = [t * 1e3 / n_sets for t in times_ms]
     return TimeStats(median=statistics.median(per_call_us), min=min(per_call_us), max=max(per_call_us),
-                     n=len(per_call_us), launches=n_sets, n_sets=n_sets, rotated_bytes=rotated_bytes)
+                     n=len(per_call_us), launches=n_sets, n_sets=n_sets, rotated_bytes=rotated_bytes,
+                     samples=tuple(round(t, 3) for t in per_call_us))
 
 
 def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) -> TimeStats:
