@@ -74,7 +74,6 @@ class FlashMlaDecodeV18(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v17 with an EVICT_FIRST L2 hint on the K/V TMA loads"
 
     def supports(self, problem) -> list[str]:
