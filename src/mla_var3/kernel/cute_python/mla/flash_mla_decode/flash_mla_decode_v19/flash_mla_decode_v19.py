@@ -74,7 +74,6 @@ class FlashMlaDecodeV19(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v17 with a lazy softmax max (O rescaled only when the max moves by > 2^8)"
 
     def supports(self, problem) -> list[str]:
