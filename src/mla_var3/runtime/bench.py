@@ -63,15 +63,24 @@ def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) ->
     return per_call_stats(times_ms, len(sets), rotated_bytes)
 
 
-def interleaved_samples(replays: list, rounds: int) -> list[list[float]]:
+WARMUP_ROUNDS = 1       # untimed interleaved rounds first: no plan's first sample follows the build's idle gap
+
+
+def interleaved_samples(replays: list, rounds: int, warmup_rounds: int = WARMUP_ROUNDS) -> list[list[float]]:
     """Call each of `replays` (one per plan: a timed replay, returning its time) once per round,
     the starting plan rotating each round, so every plan sees the same drift in clocks, power
-    and temperature; returns each plan's samples in call order."""
+    and temperature; returns each plan's samples in call order. The first `warmup_rounds` rounds
+    are run the same way and dropped: after the builds and captures the GPU is idle and cool, and
+    the plan that goes first would get a replay at a boost clock the others never see (v18's
+    minimum read 3-9% better than v17's while its median was 0-4% worse)."""
     samples: list[list[float]] = [[] for _ in replays]
     n = len(replays)
-    for r in range(rounds):
+    for r in range(warmup_rounds):
         for k in range(n):
-            j = (r + k) % n
+            replays[(r + k) % n]()
+    for r in range(rounds):                  # the rotation continues where the warm-up left it
+        for k in range(n):
+            j = (warmup_rounds + r + k) % n
             samples[j].append(replays[j]())
     return samples
 
