@@ -424,3 +424,10 @@ def test_a_bench_record_keeps_every_replay_in_the_order_timed():
     d = stats.to_dict()
     assert d["samples"] == [1000.0, 1500.0, 1250.0] and d["median"] == 1250.0 and d["n"] == 3
     json.dumps(d)
+
+
+def test_tune_in_process_needs_autotune(capsys):
+    from mla_var3.cli.kernel import main
+    assert main(["torch_mla_decode_v1", "--tune-in-process"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --tune-in-process: only with --autotune (it says where the trials run)")

@@ -369,6 +369,8 @@ def check_flags(args) -> None:
                               ("--timeline-max-ctas", args.timeline_max_ctas, "timeline")):
         if value is not None and args.prof_type != prof and args.prof_inner is None:
             raise UsageError(f"{flag}: only with --prof_type={prof} (got --prof_type={args.prof_type})")
+    if args.tune_in_process and not args.autotune:
+        raise UsageError("--tune-in-process: only with --autotune (it says where the trials run)")
     args.ncu_set = args.ncu_set or "basic"
     args.timeline_ctas = 4 if args.timeline_ctas is None else args.timeline_ctas
     args.timeline_max_ctas = 1024 if args.timeline_max_ctas is None else args.timeline_max_ctas
