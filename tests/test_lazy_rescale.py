@@ -28,7 +28,8 @@ def _lazy_update(tiles_s, tiles_v, threshold):
     rescales = 0
     for s, v in zip(tiles_s, tiles_v):
         m_hi = max(m, s.max())
-        moved = m_hi != -math.inf and (m == -math.inf or m_hi - m > threshold)
+        with np.errstate(invalid="ignore"):
+            moved = (np.float64(m_hi) - np.float64(m)) > threshold  # the kernel's test: -inf - -inf is NaN, False
         m_ref = m_hi if moved else m
         m_off = m_ref if m_ref != -math.inf else 0.0
         corr = 2.0 ** (m - m_off)

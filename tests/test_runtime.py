@@ -404,17 +404,20 @@ def test_a_tune_run_prints_every_trial_and_keeps_a_tune_record(tmp_path, capsys)
     assert [t["tiling"] for t in rec["trials"]] == [slow.key(), good.key(), "batch_chunk=0"]
 
 
-def test_compile_only_with_autotune_covers_each_config_of_a_shape_once(monkeypatch):
-    from mla_var3.cli.kernel import with_tune_configs
+def test_compile_only_with_autotune_covers_each_config_of_a_shape_once(monkeypatch, capsys):
+    """`--compile-only --autotune` compiles every config of each problem's search space (what a
+    later `--autotune` on those problems builds), each (static shape, tiling) once."""
+    from mla_var3.cli.kernel import main
     plan = registry.get_plan("flash_mla_decode_v17")
-    problems = [mla.MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=32768),
-                mla.MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=32768),
-                mla.MlaDecodeProblem(b=1, s_q=1, h_q=128, seqlen=32768)]
-    pairs = list(with_tune_configs(plan, problems))
-    keys = [(p.static_key(), t.key()) for p, t in pairs]
-    assert len(keys) == len(set(keys))
-    for p in problems:
-        assert {t.key() for t in plan.autotune_configs(p)} <= {k for s, k in keys if s == p.static_key()}
+    calls = []
+    monkeypatch.setattr(type(plan), "compile_only",
+                        lambda self, problem, arch, tiling=None: calls.append((problem.static_key(), tiling.key()))
+                        or {"compiled": True})
+    assert main(["flash_mla_decode_v17", "--grid=small_batch", "--compile-only", "--autotune"]) == 0
+    problems = mla.MlaDecodeProblem.grid("small_batch")
+    want = {(p.static_key(), t.key()) for p in problems for t in plan.autotune_configs(p)}
+    assert len(calls) == len(set(calls)) and set(calls) == want
+    assert len(capsys.readouterr().out.splitlines()) == len(want)
 
 
 def test_a_bench_record_keeps_every_replay_in_the_order_timed():
@@ -431,3 +434,31 @@ def test_tune_in_process_needs_autotune(capsys):
     assert main(["torch_mla_decode_v1", "--tune-in-process"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: --tune-in-process: only with --autotune (it says where the trials run)")
+
+
+def test_autotune_on_request_retunes_past_a_cached_winner_and_stores_the_new_one(tmp_path, monkeypatch):
+    """`--autotune` must run every trial even when a winner is cached or committed (else re-tuning
+    a version prints nothing and records nothing), and still store what wins."""
+    from dataclasses import replace
+
+    from mla_var3 import jobs
+    from mla_var3.runtime import autotune
+    monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))
+    h200 = replace(devices.load_devices()["H200"], name="NVIDIA H200")
+    monkeypatch.setattr(devices, "current_device", lambda: h200)
+    monkeypatch.setattr(devices, "require_arch", lambda *a, **k: None)
+    plan = registry.get_plan("torch_mla_decode_v1")
+    problem = mla.MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=64)
+    old, new = plan.Tiling(batch_chunk=2), plan.Tiling(batch_chunk=8)
+    autotune.store(plan, problem, h200.name, old, 9.0)                       # a winner from before
+    times = {old.key(): 5.0, new.key(): 3.0}
+    monkeypatch.setattr(autotune, "trial_in_process",
+                        lambda plan, problem, tiling, **k: {"status": "ok", "time_us": times[tiling.key()]})
+    monkeypatch.setattr(plan, "autotune_configs", lambda problem: [old, new])
+    monkeypatch.setattr(type(problem), "make_inputs", lambda self, **k: "inputs")   # no GPU here
+    seen = []
+    best = jobs.choose_tiling(plan, problem, h200, tune=True, isolate=False,
+                              on_tuned=lambda p, q, r: seen.append(r))
+    assert best == new and len(seen) == 1 and not seen[0].cached and len(seen[0].trials) == 2
+    assert autotune.lookup(plan, problem, h200.name) == new                  # stored for later runs
+    assert jobs.choose_tiling(plan, problem, h200) == new                    # a plain bench picks it up

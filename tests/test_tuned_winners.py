@@ -25,7 +25,8 @@ def test_each_winner_matches_its_version_sources_and_validates(name, key, hit):
     plan = registry.get_plan(version)
     assert autotune.source_hash(plan) == digest, (
         f"{version} changed since it was tuned: re-tune it or drop its winners from conf/tuned/{name}")
-    assert dsl.split("==")[0] == autotune.dsl_version(plan).split("==")[0]     # the right package, pinned
+    assert dsl == autotune.dsl_version(plan), (
+        f"{version} was tuned with {dsl}; this checkout runs {autotune.dsl_version(plan)} (pyproject pins it)")
     tiling = plan.Tiling(**hit["tiling"])
     problems = [p for p in _grid_problems(plan) if p.key() == problem_key]
     assert problems, f"{problem_key} is in no grid of {plan.problem_kind.kind}"
@@ -38,10 +39,13 @@ def _grid_problems(plan):
     return [p for g in kind.grids for p in kind.grid(g)]
 
 
-def test_a_benchmark_of_a_tuned_problem_runs_the_winner(monkeypatch, tmp_path):
+@pytest.mark.parametrize("name, key, hit", ENTRIES, ids=[k for _, k, _ in ENTRIES])
+def test_a_benchmark_of_a_tuned_problem_runs_the_winner(name, key, hit, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from mla_var3 import jobs
     monkeypatch.setenv("MLA_VAR3_CACHE", str(tmp_path))          # no user cache in the way
-    name, key, hit = ENTRIES[0]
     version, _, problem_key, gpu, _ = key.split("|")
     plan = registry.get_plan(version)
     problem = next(p for p in _grid_problems(plan) if p.key() == problem_key)
-    assert autotune.lookup(plan, problem, gpu) == plan.Tiling(**hit["tiling"])
+    assert jobs.choose_tiling(plan, problem, SimpleNamespace(name=gpu)) == plan.Tiling(**hit["tiling"])

@@ -1,7 +1,7 @@
 """flash_mla_decode_v21 scales the scores of its leading pairs without the mask. CPU: the pairs it
-sends through the unmasked loop copy (a mirror of kernel.py's `p_split`) never hold a key that any
-row may not see, over every length, s_q, split and row; and the compiled split kernel has one loop
-copy's worth of selects fewer than v20's with the same QK^T wgmma sequence."""
+sends through the unmasked loop copy never hold a key that any row may not see, over every length,
+s_q, split and row (`_p_split` is a hand copy of kernel.py's formula: keep the two in step); and the
+compiled split kernel has one loop copy's worth of selects fewer than v20's with the same wgmmas."""
 import collections
 
 import pytest
@@ -45,11 +45,12 @@ def test_unmasked_pairs_hold_no_masked_key(s_q):
     assert checked > 1000
 
 
-def test_long_splits_skip_the_mask_in_all_but_their_last_pair():
-    assert _p_split(8192, 1, 0, 128) == 63                        # 64 pairs: 63 without the mask
-    assert _p_split(8192, 16, 0, 128) == 63                       # boundary inside the last tile
-    assert _p_split(8192 + 5, 16, 0, 129) == 63                   # 129 tiles: the last pair is one tile
-    assert _p_split(8192 + 5, 16, 0, 130) == 63
+def test_long_splits_skip_the_mask_until_the_tiles_a_row_can_miss():
+    assert _p_split(8192, 1, 0, 128) == 63                        # 64 pairs: all but the last unmasked
+    assert _p_split(8192, 16, 0, 128) == 63                       # the causal boundary in the last tile
+    assert _p_split(8192 + 5, 1, 0, 129) == 64                    # 129 tiles: the last pair is tile 128 alone
+    assert _p_split(8192 + 5, 16, 0, 129) == 63                   # boundary crosses into tile 127: 2 masked pairs
+    assert _p_split(8192, 1, 64, 128) == 31                       # a later split of the same sequence
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")

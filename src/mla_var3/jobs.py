@@ -11,11 +11,13 @@ from mla_var3.runtime import autotune, bench, check, records
 
 def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 50.0, isolate: bool = True,
                   on_tuned=None):
-    """What a benchmark of `problem` runs: a fresh autotune when asked (each trial in its own
-    process unless `isolate=False`; `on_tuned(plan, problem, result)` sees every trial), else the
-    cached or committed winner, else None (the plan's default)."""
+    """What a benchmark of `problem` runs: a fresh autotune when asked (every trial run even when a
+    winner is cached or committed, each in its own process unless `isolate=False`;
+    `on_tuned(plan, problem, result)` sees every trial; the winner goes to the user cache), else
+    the cached or committed winner, else None (the plan's default)."""
     if tune:
-        result = autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=isolate)
+        result = autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=isolate, use_cache=False,
+                                   store_winner=True)
         if on_tuned is not None:
             on_tuned(plan, problem, result)
         return result.best

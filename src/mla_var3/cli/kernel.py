@@ -330,9 +330,6 @@ def tune_reporter(records_dir):
     per (kernel, problem) to the run's records: the search is data, not only its winner."""
     def report(plan, problem, result) -> None:
         from mla_var3.runtime import records
-        if result.cached:
-            print(f"  tune {plan.name:21} {problem.key():44} cached winner {result.best.key()}", flush=True)
-            return
         best = result.best.key() if result.best is not None else None
         for t in result.trials:
             what = f"{t['time_us']:9.1f} us" if t["status"] == "ok" else f"{t['status']}: {t.get('error', '')[:90]}"

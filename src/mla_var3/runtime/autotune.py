@@ -133,8 +133,10 @@ def run_trial(cmd: list[str], timeout_s: float) -> dict:
 
 def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, use_cache: bool = True,
              seed: int = 0, isolate: bool = False, timeout_s: float = TRIAL_TIMEOUT_S,
-             verify: bool = True) -> TuneResult:
-    """Time every valid config on `problem`; return the fastest (cached unless use_cache=False)."""
+             verify: bool = True, store_winner: bool | None = None) -> TuneResult:
+    """Time every valid config on `problem`; return the fastest. `use_cache`: return a cached or
+    committed winner instead of tuning when there is one. `store_winner` (default: `use_cache`):
+    put the winner in the user cache; `use_cache=False, store_winner=True` re-tunes for good."""
     from mla_var3.runtime import devices
     device = devices.current_device()
     devices.require_arch(plan.name, plan.arch, device)
@@ -157,6 +159,6 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
         result.trials.append({"tiling": tiling.key(), **trial})
         if trial["status"] == "ok" and (result.best_us is None or trial["time_us"] < result.best_us):
             result.best, result.best_us = tiling, trial["time_us"]
-    if result.best is not None and use_cache:
+    if result.best is not None and (use_cache if store_winner is None else store_winner):
         store(plan, problem, device.name, result.best, result.best_us)
     return result
