@@ -190,9 +190,13 @@ def compile_problems(plan, problems) -> list:
 
 def with_tune_configs(plan, problems):
     """(problem, tiling) for every config of each problem's autotune search space, each
-    (static shape, tiling) once: what `--autotune` on these problems will compile."""
+    (static shape, tiling) once: what `--autotune` on these problems will compile. A problem the
+    plan does not support comes once, with no tiling (the caller says why it is skipped)."""
     seen = set()
     for p in problems:
+        if plan.supports(p):
+            yield p, None
+            continue
         for tiling in plan.autotune_configs(p):
             key = (p.static_key(), tiling.key())
             if key not in seen:
@@ -211,9 +215,12 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
             wrong_arch.append(name)
             continue
-        # with the AOT cache every build a run of these problems needs, else one per static shape
-        shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
-        for p, tiling in with_tune_configs(plan, problems) if args.autotune else ((p, None) for p in shapes):
+        if args.autotune:               # every config a later --autotune of these problems builds
+            builds = with_tune_configs(plan, problems)
+        else:                           # with the AOT cache every build a run needs, else one per static shape
+            shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
+            builds = ((p, None) for p in shapes)
+        for p, tiling in builds:
             label = f"{name} {p.static_key()}" + (f" {tiling.key()}" if tiling is not None else "")
             reasons = plan.supports(p)
             if reasons:
