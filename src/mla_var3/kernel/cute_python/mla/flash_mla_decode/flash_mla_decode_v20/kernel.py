@@ -26,7 +26,8 @@ thread per pair, whether the running max moved or not. ncu (b=128 s_q=1 h_q=64 s
 and the bench's replays show v17 slowing by up to 15% when the H200 nears its 700 W limit and
 lowers the SM clock (1950 -> 1440 MHz) while FlashMLA does not: SM-side instruction time, not
 DRAM, decides our fixed-length cells under sustained load. v19 keeps the reference max until a
-tile beats it by more than 2^8 (`lazy_rescale.py`), so the correction is exactly 1 almost always,
+tile's max beats it by more than 8 in log2 units, a factor of 256 (`lazy_rescale.py`), so the
+correction is exactly 1 almost always,
 and a warp skips the multiply when all its rows have correction 1 (a warp vote). Nothing else
 changes; the text below is v16's (v17 changed only the combine).
 

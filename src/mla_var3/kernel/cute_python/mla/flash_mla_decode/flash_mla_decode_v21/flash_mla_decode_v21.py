@@ -74,7 +74,6 @@ class FlashMlaDecodeV21(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-01; check it with --check before use)"
     summary = "CuTe DSL: v20 with the score mask only in the pairs that can need it"
 
     def supports(self, problem) -> list[str]:

@@ -11,7 +11,7 @@ went through `scale_mask_rowmax`: per thread 32 compares of a key index with the
 32 selects of -inf, half of the scale-and-max step, although only a sequence's last tile or two
 can hold a key some row may not see (the causal limit seqlen - s_q + 1 + token, and the rows past
 seqlen of a partial last tile). v21 moves the split point of v16's two loop copies: the first copy
-runs the leading pairs whose two tiles lie wholly below seqlen - s_q + 1 (every row's limit) and
+runs the leading pairs whose two tiles lie wholly below seqlen - s_q + 1 (the smallest row limit) and
 scales without the mask (`unmasked_scores.scale_rowmax`); the second copy runs the rest with the
 mask and the tail branch. For every split but a sequence's last, and for a last split whose
 boundary falls in its last pair, the copies split as in v16-v20 (all pairs but the last, then the
@@ -39,7 +39,8 @@ thread per pair, whether the running max moved or not. ncu (b=128 s_q=1 h_q=64 s
 and the bench's replays show v17 slowing by up to 15% when the H200 nears its 700 W limit and
 lowers the SM clock (1950 -> 1440 MHz) while FlashMLA does not: SM-side instruction time, not
 DRAM, decides our fixed-length cells under sustained load. v19 keeps the reference max until a
-tile beats it by more than 2^8 (`lazy_rescale.py`), so the correction is exactly 1 almost always,
+tile's max beats it by more than 8 in log2 units, a factor of 256 (`lazy_rescale.py`), so the
+correction is exactly 1 almost always,
 and a warp skips the multiply when all its rows have correction 1 (a warp vote). Nothing else
 changes; the text below is v16's (v17 changed only the combine).
 

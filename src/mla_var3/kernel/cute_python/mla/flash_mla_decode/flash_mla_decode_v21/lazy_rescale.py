@@ -21,7 +21,7 @@ import cutlass.cute as cute
 from mla_var3.kernel.cute_python.common.online_softmax import scale_rows
 
 F32 = cutlass.Float32
-RESCALE_THRESHOLD = 8.0       # log2 units: the reference max moves when a tile beats it by > 2^8
+RESCALE_THRESHOLD = 8.0       # log2 units: the reference max moves when a tile's max beats it by > 8 (x256)
 
 
 @cute.jit
