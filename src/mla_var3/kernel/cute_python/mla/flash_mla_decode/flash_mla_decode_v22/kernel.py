@@ -424,7 +424,7 @@ class FlashMlaDecodeKernel:
             cpasync.prefetch_descriptor(tma_q)
             cpasync.prefetch_descriptor(tma_k)
             with cute.arch.elect_one():
-                cute.arch.mbarrier_init(q_bar, 1)
+                cute.arch.mbarrier_init(q_bar, STAGES)      # v22: warp 8's Q bytes and warp 9's arrival
                 for i in cutlass.range_constexpr(STAGES * N_CHUNKS):
                     cute.arch.mbarrier_init(full + i, 1)
                 for s in cutlass.range_constexpr(STAGES):
@@ -457,7 +457,8 @@ class FlashMlaDecodeKernel:
                 # The k-th tile a warp puts into its stage (over all items) waits for both math
                 # warpgroups to be done with the (k - 1)-th (empty phase (k - 1) % 2). An item after
                 # the first also waits for the previous item's epilogue, which stages O in the K
-                # ring and is the last reader of its Q (epi_done phase (item - 1) % 2).
+                # ring and is the last reader of its Q (epi_done phase (item - 1) % 2); both warps then
+                # arrive on q_bar, which the math warps wait on before each item.
                 cute.arch.setmaxregister_decrease(PRODUCER_REGS)
                 if warp_idx < PRODUCER_WARP + STAGES:
                     stage = warp_idx - PRODUCER_WARP
@@ -477,6 +478,13 @@ class FlashMlaDecodeKernel:
                                 expect_tile(q_bar, self.q_bytes)
                                 for c in cutlass.range_constexpr(N_CHUNKS):
                                     cute.copy(tma_q, tQgQ[(None, (rb, c, i))], tQsQ[(None, c)], tma_bar_ptr=q_bar)
+                            else:
+                                # warp 9 arrives on q_bar too, so no item completes before both producer
+                                # warps passed the epi_done wait above: neither can fall two epi_done
+                                # phases behind (a parity wait would then alias), even when an item
+                                # has no tile for stage 1
+                                with cute.arch.elect_one():
+                                    cute.arch.mbarrier_arrive(q_bar)
                             for t in cutlass.range(t_begin + stage, t_end, STAGES, unroll=1):
                                 # the page ids first (v10: their loads fly during the wait)
                                 n_pages = read_page_ids(block_table, i, t, seqlen, ids, self.pages_per_tile,
