@@ -420,6 +420,22 @@ def test_compile_only_with_autotune_covers_each_config_of_a_shape_once(monkeypat
     assert len(capsys.readouterr().out.splitlines()) == len(want)
 
 
+def test_compile_only_with_tiling_builds_that_tiling_once_per_shape(monkeypatch, capsys):
+    """`--compile-only --tiling=...` builds the given tiling (what a later run with the same
+    --tiling needs in the AOT cache), once per static shape, not the default one."""
+    from mla_var3.cli.kernel import main
+    plan = registry.get_plan("flash_mla_decode_v17")
+    calls = []
+    monkeypatch.setattr(type(plan), "compile_only",
+                        lambda self, problem, arch, tiling=None: calls.append((problem.static_key(), tiling and tiling.key()))
+                        or {"compiled": True})
+    assert main(["flash_mla_decode_v17", "--grid=small_batch", "--compile-only", "--tiling", "chunk=22"]) == 0
+    want = plan.Tiling(chunk=22).key()
+    shapes = {p.static_key() for p in mla.MlaDecodeProblem.grid("small_batch")}
+    assert sorted(calls) == sorted((k, want) for k in shapes)
+    capsys.readouterr()
+
+
 def test_a_bench_record_keeps_every_replay_in_the_order_timed():
     """The spread of a kernel's replays (clock drift, throttling) is data: the record keeps each
     replay's per-launch time, not only median/min/max."""

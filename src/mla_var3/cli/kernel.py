@@ -217,6 +217,9 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             continue
         if args.autotune:               # every config a later --autotune of these problems builds
             builds = with_tune_configs(plan, problems)
+        elif user_tiling(args, plan, names) is not None:    # --tiling: that build, once per static shape
+            forced = user_tiling(args, plan, names)
+            builds = ((p, forced) for p in compile_shapes(problems))
         else:                           # with the AOT cache every build a run needs, else one per static shape
             shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
             builds = ((p, None) for p in shapes)

@@ -86,7 +86,6 @@ class FlashMlaDecodeV22(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaBalancedTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v21 with persistent split CTAs over a balanced, device-computed schedule"
 
     def supports(self, problem) -> list[str]:
