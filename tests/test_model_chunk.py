@@ -57,3 +57,31 @@ def test_the_model_counts_every_row_block_and_the_empty_sequences_split():
 def test_v23_waits_for_its_first_check(run_quarantined):
     """Its device code is v21's, but the version as a whole never ran: it is quarantined."""
     assert registry.get_plan(V23).quarantine
+
+
+SWEEP = "records/2026-12-02-h200-flash_mla_decode_v21-chunk-sweep-varlen1024.jsonl.gz"
+
+
+@pytest.mark.parametrize("h_q", [16, 64])
+def test_the_makespan_model_with_six_tiles_per_cta_ranks_the_measured_split_lengths(h_q):
+    """v21's split-length sweep on the varlen 1024 cells (H200, 2026-12-02, one process per chunk,
+    chunk 18 first and last within 0.1%): chunk 20 is fastest (63.2 us at h_q=16 against 66.9 for
+    the default 18). v23's makespan model reproduces that ranking only with ~6 tile-times of
+    overhead per CTA (v11's timeline gave 2.6, which ranks 18 first): under full load a CTA's
+    prologue and epilogue cost about twice what a lone CTA's timeline shows."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / SWEEP
+    recs = [json.loads(x) for x in gzip.open(path, "rt")]
+    problem = MlaDecodeProblem(b=128, s_q=1, h_q=h_q, seqlen=1024, varlen=True)
+    measured = {r["tiling"]["chunk"]: r["time_us"]["median"] for r in recs
+                if r["kind"] == "bench" and r["problem_key"] == problem.key()}
+    assert len(measured) == 8
+    tiles = [-(-s // 64) for s in problem.resolve_seqlens(0)]
+    makespan = _module().makespan
+    best = min(measured, key=measured.get)
+    assert best == 20
+    assert min(measured, key=lambda c: (makespan(tiles, c, 1, overhead=6.0), c)) == best
+    assert min(measured, key=lambda c: (makespan(tiles, c, 1, overhead=2.6), c)) == 18   # the timeline's C0 misses it

@@ -215,10 +215,10 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
             wrong_arch.append(name)
             continue
+        forced = user_tiling(args, plan, names)
         if args.autotune:               # every config a later --autotune of these problems builds
             builds = with_tune_configs(plan, problems)
-        elif user_tiling(args, plan, names) is not None:    # --tiling: that build, once per static shape
-            forced = user_tiling(args, plan, names)
+        elif forced is not None:        # --tiling: that build, once per static shape
             builds = ((p, forced) for p in compile_shapes(problems))
         else:                           # with the AOT cache every build a run needs, else one per static shape
             shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
