@@ -1,7 +1,8 @@
 """Tables from records: the CLI's result table and the devlog's generated section.
 
 `python -m mla_var3.report --records DIR [--kernel NAME] [--peers]` prints the markdown table of
-the latest bench record per (kernel, problem) found there; `--plots [--design D] [--out DIR]`
+the latest bench record per (kernel, problem) found there (`--ratios`: one row per problem, the
+kernels side by side with their time ratios); `--plots [--design D] [--out DIR]`
 also writes D's roofline and version-progress PNGs (mla_var3.plots) and prints their links.
 """
 from __future__ import annotations
@@ -38,6 +39,27 @@ def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] |
                          "GB/s": f"{r['gbps']:.0f}", "% roofline": f"{r['pct_roofline']:.1f}",
                          "% datasheet": f"{r['pct_datasheet']:.1f}", "bound": r["bound"], "vs first": ratio})
     return rows
+
+
+def ratio_table(recs: list[dict], order: list[str] | None = None) -> str:
+    """The side-by-side comparison a devlog section quotes: one row per problem, each kernel's
+    median time, then each other kernel's time over the first's (> 1: the first is faster).
+    Kernels in `order` (default: as they first appear); problems missing a kernel show '-'."""
+    latest = {(r["problem_key"], r["kernel"]): r["time_us"]["median"]
+              for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
+    seen = list(dict.fromkeys(k for _, k in latest))
+    kernels = [k for k in (order or []) if k in seen] + [k for k in seen if k not in (order or [])]
+    if not kernels:
+        return "(no records)"
+    first, others = kernels[0], kernels[1:]
+    heads = ["problem"] + [f"{k} us" for k in kernels] + [f"{k} / {first}" for k in others]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for pk in dict.fromkeys(p for p, _ in latest):
+        times = [latest.get((pk, k)) for k in kernels]
+        cells = [pk] + [f"{t:.1f}" if t else "-" for t in times]
+        cells += [f"{t / times[0]:.3f}" if t and times[0] else "-" for t in times[1:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def markdown_row(row: dict, columns=BENCH_COLUMNS) -> str:
@@ -195,6 +217,9 @@ def _main(argv=None) -> int:
     ap.add_argument("--grid", help="only the problems of this named grid of the records' problem kind "
                                    "(e.g. bench), so other runs do not enter the plots' medians")
     ap.add_argument("--peers", action="store_true", help="add the measured peer rows (FlashMLA) for these problems")
+    ap.add_argument("--ratios", action="store_true", help="print instead one row per problem: each kernel's "
+                                                          "time, then each other kernel's time over the first's "
+                                                          "(kernels in --kernel order)")
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)
@@ -220,7 +245,7 @@ def _main(argv=None) -> int:
         targets = [out / f"{design}_roofline.png", out / f"{design}_progress.png"]
         writable_dir("--out", out, targets)
     print(run_context(recs))
-    print(markdown_table(bench_rows(recs)))
+    print(ratio_table(recs, args.kernel) if args.ratios else markdown_table(bench_rows(recs)))
     if args.plots:
         try:
             roof = plots.roofline_plot(recs, targets[0], design=design)

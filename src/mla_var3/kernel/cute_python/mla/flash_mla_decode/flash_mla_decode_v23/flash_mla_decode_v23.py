@@ -67,7 +67,7 @@ def makespan(tiles: list[int], chunk: int, row_blocks: int, sms: int = SMS_H200,
              overhead: float = CTA_OVERHEAD_TILES) -> float:
     """Longest-first list schedule of the split CTAs (each split of each sequence, once per row
     block; an empty sequence still has its one split) on `sms` SMs, each CTA costing `overhead`
-    plus its tiles: the finish time in tile times (the model of tests/test_split_order.py)."""
+    plus its tiles: the finish time in tile times (calibrated in tests/test_model_chunk.py)."""
     works = sorted((min(chunk, n - k) for n in tiles for k in range(0, max(n, 1), chunk)), reverse=True)
     free = [0.0] * sms
     for w in works:
@@ -104,7 +104,6 @@ class FlashMlaDecodeV23(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v21 with the split length of a ragged batch chosen by a makespan model"
 
     def supports(self, problem) -> list[str]:
