@@ -275,3 +275,19 @@ def test_report_plots_unknown_design_or_metric_is_one_line_before_any_work(tmp_p
         "error: --metric: expected one of pct_roofline, pct_datasheet, tflops, gbps, time, got 'nope'"
     assert _report_refuses(capsys, base + ["--kernel", "nope_v1"]) == "error: --plots: no bench records to plot"
     assert not out.exists()
+
+
+def test_report_ratios_puts_kernels_side_by_side(tmp_path, capsys):
+    """--ratios: one row per problem, the times in --kernel order, then each other kernel's time
+    over the first's; a problem one kernel lacks shows '-' instead of a made-up ratio."""
+    a, b = _problem(1, 16, 1024), _problem(1, 64, 4096)
+    recs = [_bench("k_new", "d", 2, "cute-dsl", a, 100.0), _bench("k_old", "d", 1, "cute-dsl", a, 80.0),
+            _bench("k_new", "d", 2, "cute-dsl", b, 50.0)]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert report.main(["--records", str(path), "--ratios", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| b=")]
+    t_new, t_old = recs[0]["time_us"]["median"], recs[1]["time_us"]["median"]
+    assert rows[0] == f"| b=128,s_q=1,h_q=16,seqlen=1024 | {t_new:.1f} | {t_old:.1f} | {t_old / t_new:.3f} |"
+    assert rows[0].endswith("| 1.250 |")
+    assert rows[1].endswith("| - | - |")
