@@ -116,7 +116,7 @@ def test_page_16_goes_to_the_best_version_that_supports_it(monkeypatch):
     cuTile, then PyTorch) a page-16 cache passes over the versions that declare page 64 only and
     lands on the PyTorch baseline; a page-64 cache would take the first. Shown here on the CPU."""
     gpu_order = [registry.get_plan(n) for n in ("flash_mla_decode_v3", "ct_flash_mla_decode_v3", "torch_mla_decode_v1")]
-    monkeypatch.setattr(op_impl, "_candidates", lambda device: list(gpu_order))
+    monkeypatch.setattr(op_impl, "_candidates", lambda device, page_size=None: list(gpu_order))
     problem = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(40, 3), page_size=16)
     x = problem.make_inputs(seed=0)
     _assert_matches(problem, x, _call(x))
@@ -128,7 +128,7 @@ def test_page_16_goes_to_the_best_version_that_supports_it(monkeypatch):
         asked.append("flash_mla_decode_v3")
         raise op_impl.PlanError("no GPU here")
     monkeypatch.setattr(gpu_order[0], "build", refuse_on_cpu)
-    monkeypatch.setattr(op_impl, "_candidates", lambda device: [gpu_order[0], gpu_order[2]])
+    monkeypatch.setattr(op_impl, "_candidates", lambda device, page_size=None: [gpu_order[0], gpu_order[2]])
     y = mla.MlaDecodeProblem(b=2, s_q=2, h_q=16, seqlens=(40, 3)).make_inputs(seed=0)
     _call(y)                                  # page 64: v3 supports it, so it is built first
     assert asked == ["flash_mla_decode_v3"] and ops.kernels_in_use()[-1]["kernel"] == "torch_mla_decode_v1"
@@ -409,7 +409,7 @@ def _preferred(problem) -> str:
     """What the op should choose: the first usable CuTe DSL version of the measured order
     (conf/ops/mla_decode_order.json) whose supports() accepts the problem (e.g. a page size),
     else the first usable version of another language, newest first."""
-    for name in op_impl.measured_order()["cute-dsl"]:
+    for name in op_impl.measured_order(problem.page_size)["cute-dsl"]:
         plan = registry.get_plan(name)
         if _usable(plan) and not plan.supports(problem):
             return name
@@ -538,3 +538,24 @@ def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(m
     names = [p.name for p in op_impl._candidates(torch.device("cuda"))]
     assert names[:len(cute)] == cute
     assert names.index("ct_flash_mla_decode_v3") < names.index("ct_flash_mla_decode_v1") < names.index("torch_mla_decode_v1")
+
+
+def test_a_page_size_entry_puts_its_versions_first_at_that_page_size_only(monkeypatch):
+    """`by_page_size` names registered versions of the order's languages; at that page size they
+    lead the candidates (then the rest of the order, unchanged, each once); at other page sizes
+    the order is the plain one."""
+    monkeypatch.setattr(op_impl, "_arch", lambda device: "sm_90a")
+    plain = op_impl.measured_order()
+    by_page = op_impl._order_file().get("by_page_size", {})
+    assert by_page, "conf/ops/mla_decode_order.json has no by_page_size entry"
+    for page, langs in by_page.items():
+        assert int(page) in mla.PAGE_SIZES
+        for language, first in langs.items():
+            assert all(registry.resolve(n).name == n and registry.resolve(n).language == language for n in first)
+            order = op_impl.measured_order(int(page))[language]
+            assert order[:len(first)] == first and sorted(order) == sorted(set(plain[language]) | set(first))
+            names = [p.name for p in op_impl._candidates(torch.device("cuda"), int(page))]
+            assert names[:len(first)] == first
+    for page in mla.PAGE_SIZES:
+        if str(page) not in by_page:
+            assert op_impl.measured_order(page) == plain

@@ -9,8 +9,9 @@ shapes, dtypes and the device, so a call can be captured in a CUDA graph and rep
 `cache_seqlens` (the kernels compute their split schedule on the device).
 
 Per (device, shapes, dtypes) the op builds one runtime kernel - the first registered version, in
-`LANGUAGE_ORDER`, then in the measured order of `conf/ops/mla_decode_order.json` (fastest first;
-versions it does not list follow, newest first), that runs on this device's arch and supports
+`LANGUAGE_ORDER`, then in the measured order of `conf/ops/mla_decode_order.json` (fastest first,
+with the versions measured fastest at this page size ahead; versions it does not list follow,
+newest first), that runs on this device's arch and supports
 the problem (page size included) - and keeps it. Tiling heuristics that look at lengths get a shape-only stand-in
 (`_stand_in_length`).
 """
@@ -152,21 +153,30 @@ def _arch(device: torch.device) -> str:
 
 
 @lru_cache(maxsize=1)
-def measured_order() -> dict[str, list[str]]:
-    """language -> version names, fastest measured first (conf/ops/mla_decode_order.json)."""
-    text = resources.files("mla_var3.conf").joinpath("ops", "mla_decode_order.json").read_text()
-    return {lang: list(names) for lang, names in json.loads(text)["order"].items()}
+def _order_file() -> dict:
+    return json.loads(resources.files("mla_var3.conf").joinpath("ops", "mla_decode_order.json").read_text())
 
 
-def preference(language: str, name: str) -> tuple[int, int]:
+def measured_order(page_size: int | None = None) -> dict[str, list[str]]:
+    """language -> version names, fastest measured first (conf/ops/mla_decode_order.json). With a
+    page size, the versions its `by_page_size` entry lists go first (measured fastest at that
+    page size, e.g. a split TMA issue that pays only where a tile is many small boxes)."""
+    conf = _order_file()
+    first = conf.get("by_page_size", {}).get(str(page_size), {}) if page_size is not None else {}
+    return {lang: list(first.get(lang, [])) + [n for n in names if n not in first.get(lang, [])]
+            for lang, names in conf["order"].items()}
+
+
+def preference(language: str, name: str, page_size: int | None = None) -> tuple[int, int]:
     """Sort key within a language: listed versions by their measured rank, then the rest."""
-    order = measured_order().get(language, [])
+    order = measured_order(page_size).get(language, [])
     return (0, order.index(name)) if name in order else (1, 0)
 
 
-def _candidates(device: torch.device) -> list:
-    """Plans to try, best first: CuTe DSL, cuTile, PyTorch; within each, the measured order
-    (`preference`), then newest first; only those that run on this device (a CPU: PyTorch only)."""
+def _candidates(device: torch.device, page_size: int | None = None) -> list:
+    """Plans to try, best first: CuTe DSL, cuTile, PyTorch; within each, the measured order at
+    this page size (`preference`), then newest first; only those that run on this device (a CPU:
+    PyTorch only)."""
     if _FORCED[0]:
         plan = registry.get_plan(_FORCED[0])
         if plan.language not in LANGUAGE_ORDER or plan.problem_kind is not MlaDecodeProblem:
@@ -175,7 +185,7 @@ def _candidates(device: torch.device) -> list:
         return [plan]
     langs = LANGUAGE_ORDER if device.type == "cuda" else ("torch",)
     entries = [e for e in registry.all_entries() if e.language in langs]
-    entries.sort(key=lambda e: (langs.index(e.language), *preference(e.language, e.name), -e.version))
+    entries.sort(key=lambda e: (langs.index(e.language), *preference(e.language, e.name, page_size), -e.version))
     plans = [p for p in (e.load() for e in entries) if p.problem_kind is MlaDecodeProblem]
     if device.type == "cuda":
         arch = _arch(device)
@@ -205,7 +215,7 @@ def _build(q, k_cache, block_table, cache_seqlens, scale: float) -> _Runtime:
     problem = MlaDecodeProblem(b=b, s_q=s_q, h_q=h_q, seqlen=stand_in[0], seqlens=stand_in, page_size=page)
     gpu_device = q.device.type == "cuda"
     skipped = []
-    for plan in _candidates(q.device):
+    for plan in _candidates(q.device, page):
         reasons = plan.supports(problem)
         if reasons:
             skipped.append(f"{plan.name}: {'; '.join(reasons)}")

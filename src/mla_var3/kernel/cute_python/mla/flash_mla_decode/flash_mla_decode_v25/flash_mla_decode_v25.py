@@ -86,7 +86,6 @@ class FlashMlaDecodeV25(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaBalancedTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v22's persistent balanced schedule with overlapped item boundaries"
 
     def supports(self, problem) -> list[str]:

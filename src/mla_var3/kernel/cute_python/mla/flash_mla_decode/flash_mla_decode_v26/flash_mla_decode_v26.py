@@ -104,7 +104,6 @@ class FlashMlaDecodeV26(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v23 with each tile's TMA boxes issued by two producer warps"
 
     def supports(self, problem) -> list[str]:
