@@ -1,7 +1,7 @@
-"""flash_mla_decode_v26 issues each tile's boxes from two producer warps per stage. CPU: the two
-halves cover the 9 chunks once, in QK^T's order, the first half starting at chunk 0; the compiled
-split kernel keeps v23's wgmmas, TMA loads and mbarrier operations (the same boxes, armed once
-per chunk, only issued from more warps)."""
+"""flash_mla_decode_v26 issues each tile's boxes from two producer warps per stage; v27 only at pages
+16 and 32. CPU: the two halves cover the 9 chunks once, in QK^T's order, the first half starting
+at chunk 0; the compiled split kernels keep v23's wgmmas, TMA loads and mbarrier operations (the
+same boxes, armed once per chunk, only issued from more warps); v27 picks its warps by page size."""
 import collections
 
 import pytest
@@ -37,3 +37,25 @@ def test_the_same_boxes_and_barriers_as_v23(page_size, monkeypatch):
     for prefix in ("HGMMA", "UTMALDG", "SYNCS.EXCH", "SYNCS.ARRIVE", "SYNCS.PHASECHK", "ELECT"):
         assert sum(n for op, n in v26.items() if op.startswith(prefix)) == \
             sum(n for op, n in v23.items() if op.startswith(prefix)) > 0, prefix
+
+
+def test_v27_chooses_the_issuing_warps_by_page_size():
+    """v27's default: two issuing warps per stage where a tile is many boxes (pages 16 and 32),
+    one at page 64 (v26's split measured 0.96-1.02x v23 there); the autotune space has both."""
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v27 import flash_mla_decode_v27 as v27
+    plan = v27.Plan()
+    for page, warps in ((16, 2), (32, 2), (64, 1)):
+        problem = MlaDecodeProblem(b=4, s_q=1, h_q=64, seqlen=1024, page_size=page)
+        assert plan.default_tiling(problem).refill_warps == warps
+        assert {t.refill_warps for t in plan.autotune_configs(problem)} == {1, 2}
+    assert v27.FlashMlaSplitTiling(refill_warps=3).validate(MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=64), None)
+
+
+@pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
+@pytest.mark.parametrize("page_size, like", [(64, "flash_mla_decode_v23"), (16, "flash_mla_decode_v26")])
+def test_v27_compiles_the_boxes_and_barriers_of_the_version_it_follows(page_size, like, monkeypatch):
+    v27 = _split_opcodes("flash_mla_decode_v27", page_size, monkeypatch)
+    ref = _split_opcodes(like, page_size, monkeypatch)
+    for prefix in ("HGMMA", "UTMALDG", "SYNCS", "ELECT", "BAR"):
+        assert sum(n for op, n in v27.items() if op.startswith(prefix)) == \
+            sum(n for op, n in ref.items() if op.startswith(prefix)) > 0, prefix
