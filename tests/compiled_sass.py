@@ -1,9 +1,11 @@
 """Test helper: the SASS of a runtime kernel's split stage (or any stage), compiled for sm_90a on the CPU
 (used by the tests that read compiled code: timeline toggle, producer warpgroup)."""
+import collections
+import os
 import tempfile
 from pathlib import Path
 
-from mla_var3.runtime import artifacts, sass
+from mla_var3.runtime import artifacts, kernel_plan, registry, sass
 
 
 def stage_sass(kern, name: str) -> str:
@@ -23,3 +25,24 @@ def split_sass(kern) -> str:
 def opcodes(text: str) -> list[str]:
     """The opcode of each SASS instruction in address order (a predicate guard such as `@!P0` skipped)."""
     return [w[1] if w[0].startswith("@") else w[0] for w in map(str.split, sass.instructions(text))]
+
+
+def split_opcode_counts(version: str, problem) -> collections.Counter:
+    """Opcode -> count in `version`'s split kernel for `problem` at its default tiling, compiled on
+    the CPU (a quarantined version too: the SASS tests are how a new version is checked first)."""
+    old = os.environ.get(kernel_plan.QUARANTINE_ENV)
+    os.environ[kernel_plan.QUARANTINE_ENV] = "1"
+    try:
+        plan = registry.get_plan(version)
+        kern = plan.plan(problem.make_inputs(seed=0, device="cpu"), plan.default_tiling(problem))
+    finally:
+        if old is None:
+            os.environ.pop(kernel_plan.QUARANTINE_ENV)
+        else:
+            os.environ[kernel_plan.QUARANTINE_ENV] = old
+    return collections.Counter(opcodes(stage_sass(kern, "split")))
+
+
+def count(ops: collections.Counter, prefix: str) -> int:
+    """How many instructions of `ops` have an opcode starting with `prefix` (e.g. "HGMMA")."""
+    return sum(n for op, n in ops.items() if op.startswith(prefix))

@@ -2,44 +2,36 @@
 stores O straight from the accumulators (no shared-memory staging, so the K ring never waits for
 it), one math-warp arrival per item replaces v22's two (epi_done and warp 9's q_bar), and the
 loop's wgmmas and TMA loads are v22's; its schedule and combine are v22's code."""
-import collections
 import re
 from pathlib import Path
 
 import pytest
 
-from compiled_sass import opcodes, stage_sass
+from compiled_sass import count, split_opcode_counts
 from mla_var3.layers.mla.decode import MlaDecodeProblem
-from mla_var3.runtime import kernel_plan, registry, sass
+from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
+RAGGED = MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=64, varlen=True)
 DESIGN = Path(__file__).resolve().parents[1] / "src/mla_var3/kernel/cute_python/mla/flash_mla_decode"
 
 
-def _split_opcodes(version, monkeypatch) -> collections.Counter:
-    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
-    plan = registry.get_plan(version)
-    problem = MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=64, varlen=True)
-    return collections.Counter(opcodes(stage_sass(plan.plan(problem.make_inputs(seed=0, device="cpu"),
-                                                            plan.default_tiling(problem)), "split")))
 
 
-def _count(ops, prefix):
-    return sum(n for op, n in ops.items() if op.startswith(prefix))
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
-def test_the_epilogue_leaves_shared_memory_and_the_loop_is_v22s(monkeypatch):
-    v22 = _split_opcodes("flash_mla_decode_v22", monkeypatch)
-    v25 = _split_opcodes("flash_mla_decode_v25", monkeypatch)
+def test_the_epilogue_leaves_shared_memory_and_the_loop_is_v22s():
+    v22 = split_opcode_counts("flash_mla_decode_v22", RAGGED)
+    v25 = split_opcode_counts("flash_mla_decode_v25", RAGGED)
     # v22 staged O in the K ring (STS.64 of f32 pairs, LDS.128 row chunks back, STG.E.128 out)
-    assert _count(v22, "LDS.128") > 0 and _count(v22, "STG.E.128") > 0
-    assert _count(v25, "LDS.128") == 0 and _count(v25, "STG.E.128") == 0 and _count(v25, "STS.64") == 0
-    assert _count(v25, "STG.E.64") == 64                 # f32 partials: 128 floats per thread, in pairs
-    assert _count(v25, "SYNCS.ARRIVE") == _count(v22, "SYNCS.ARRIVE") - 1
-    assert _count(v25, "BAR.SYNC") < _count(v22, "BAR.SYNC")     # the staging barrier is gone
+    assert count(v22, "LDS.128") > 0 and count(v22, "STG.E.128") > 0
+    assert count(v25, "LDS.128") == 0 and count(v25, "STG.E.128") == 0 and count(v25, "STS.64") == 0
+    assert count(v25, "STG.E.64") == 64                 # f32 partials: 128 floats per thread, in pairs
+    assert count(v25, "SYNCS.ARRIVE") == count(v22, "SYNCS.ARRIVE") - 1
+    assert count(v25, "BAR.SYNC") < count(v22, "BAR.SYNC")     # the staging barrier is gone
     for prefix in ("HGMMA", "UTMALDG", "STSM"):
-        assert _count(v25, prefix) == _count(v22, prefix) > 0, prefix
+        assert count(v25, prefix) == count(v22, prefix) > 0, prefix
 
 
 @pytest.mark.parametrize("module", ["balanced_schedule.py", "combine.py", "lazy_rescale.py", "unmasked_scores.py"])

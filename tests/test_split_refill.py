@@ -2,15 +2,18 @@
 16 and 32. CPU: the two halves cover the 9 chunks once, in QK^T's order, the first half starting
 at chunk 0; the compiled split kernels keep v23's wgmmas, TMA loads and mbarrier operations (the
 same boxes, armed once per chunk, only issued from more warps); v27 picks its warps by page size."""
-import collections
 
 import pytest
 
-from compiled_sass import opcodes, stage_sass
+from compiled_sass import split_opcode_counts
 from mla_var3.layers.mla.decode import MlaDecodeProblem
-from mla_var3.runtime import kernel_plan, registry, sass
+from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
+
+
+def _problem(page_size: int) -> MlaDecodeProblem:
+    return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size)
 
 
 def test_the_halves_cover_every_chunk_once_in_order():
@@ -21,19 +24,13 @@ def test_the_halves_cover_every_chunk_once_in_order():
     assert kernel.PRODUCER_WARP == 8 and kernel.STAGES * len(split_refill.HALVES) == 4   # warps 8-11
 
 
-def _split_opcodes(version, page_size, monkeypatch) -> collections.Counter:
-    monkeypatch.setenv(kernel_plan.QUARANTINE_ENV, "1")
-    plan = registry.get_plan(version)
-    problem = MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size)
-    return collections.Counter(opcodes(stage_sass(plan.plan(problem.make_inputs(seed=0, device="cpu"),
-                                                            plan.default_tiling(problem)), "split")))
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size", [64, 16])
-def test_the_same_boxes_and_barriers_as_v23(page_size, monkeypatch):
-    v23 = _split_opcodes("flash_mla_decode_v23", page_size, monkeypatch)
-    v26 = _split_opcodes("flash_mla_decode_v26", page_size, monkeypatch)
+def test_the_same_boxes_and_barriers_as_v23(page_size):
+    v23 = split_opcode_counts("flash_mla_decode_v23", _problem(page_size))
+    v26 = split_opcode_counts("flash_mla_decode_v26", _problem(page_size))
     for prefix in ("HGMMA", "UTMALDG", "SYNCS.EXCH", "SYNCS.ARRIVE", "SYNCS.PHASECHK", "ELECT"):
         assert sum(n for op, n in v26.items() if op.startswith(prefix)) == \
             sum(n for op, n in v23.items() if op.startswith(prefix)) > 0, prefix
@@ -53,9 +50,9 @@ def test_v27_chooses_the_issuing_warps_by_page_size():
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size, like", [(64, "flash_mla_decode_v23"), (16, "flash_mla_decode_v26")])
-def test_v27_compiles_the_boxes_and_barriers_of_the_version_it_follows(page_size, like, monkeypatch):
-    v27 = _split_opcodes("flash_mla_decode_v27", page_size, monkeypatch)
-    ref = _split_opcodes(like, page_size, monkeypatch)
+def test_v27_compiles_the_boxes_and_barriers_of_the_version_it_follows(page_size, like):
+    v27 = split_opcode_counts("flash_mla_decode_v27", _problem(page_size))
+    ref = split_opcode_counts(like, _problem(page_size))
     for prefix in ("HGMMA", "UTMALDG", "SYNCS", "ELECT", "BAR"):
         assert sum(n for op, n in v27.items() if op.startswith(prefix)) == \
             sum(n for op, n in ref.items() if op.startswith(prefix)) > 0, prefix
