@@ -54,11 +54,6 @@ def test_the_model_counts_every_row_block_and_the_empty_sequences_split():
     assert m.makespan([8, 8], 8, 1, sms=2, overhead=0.0) == 8
 
 
-def test_v23_waits_for_its_first_check(run_quarantined):
-    """Its device code is v21's, but the version as a whole never ran: it is quarantined."""
-    assert registry.get_plan(V23).quarantine
-
-
 SWEEP = "records/2026-12-02-h200-flash_mla_decode_v21-chunk-sweep-varlen1024.jsonl.gz"
 
 
