@@ -27,6 +27,12 @@ def opcodes(text: str) -> list[str]:
     return [w[1] if w[0].startswith("@") else w[0] for w in map(str.split, sass.instructions(text))]
 
 
+def small_decode(page_size: int = 64, varlen: bool = False):
+    """The small MLA decode problem the split-kernel SASS tests compile (b=2 s_q=1 h_q=64 seqlen 1024)."""
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size, varlen=varlen)
+
+
 def split_opcode_counts(version: str, problem) -> collections.Counter:
     """Opcode -> count in `version`'s split kernel for `problem` at its default tiling, compiled on
     the CPU (a quarantined version too: the SASS tests are how a new version is checked first)."""

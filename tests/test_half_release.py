@@ -4,26 +4,17 @@ more arrivals than v23's, with the same wgmmas and TMA loads (the refill is spli
 
 import pytest
 
-from compiled_sass import count, split_opcode_counts
-from mla_var3.layers.mla.decode import MlaDecodeProblem
+from compiled_sass import count, small_decode, split_opcode_counts
 from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 
 
-def _problem(page_size: int) -> MlaDecodeProblem:
-    return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size)
-
-
-
-
-
-
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size", [64, 16])
 def test_each_stage_is_refilled_in_two_halves(page_size):
-    v23 = split_opcode_counts("flash_mla_decode_v23", _problem(page_size))
-    v24 = split_opcode_counts("flash_mla_decode_v24", _problem(page_size))
+    v23 = split_opcode_counts("flash_mla_decode_v23", small_decode(page_size))
+    v24 = split_opcode_counts("flash_mla_decode_v24", small_decode(page_size))
     assert count(v24, "SYNCS.EXCH") == count(v23, "SYNCS.EXCH") + 2           # two more mbarrier inits
     assert count(v24, "SYNCS.PHASECHK.TRANS64.TRYWAIT") == count(v23, "SYNCS.PHASECHK.TRANS64.TRYWAIT") + 2
     assert count(v24, "SYNCS.ARRIVE") > count(v23, "SYNCS.ARRIVE")

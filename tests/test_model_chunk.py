@@ -13,11 +13,6 @@ def _module():
     return flash_mla_decode_v23
 
 
-@pytest.fixture
-def run_quarantined(monkeypatch):
-    monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
-
-
 @pytest.mark.parametrize("h_q", [16, 64])
 def test_the_measured_best_split_length_is_the_models_choice(h_q):
     """v21's sweep (records/2026-12-02-h200-flash_mla_decode_v21-chunk-sweep-varlen1024.jsonl.gz):

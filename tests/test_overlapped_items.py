@@ -7,17 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from compiled_sass import count, split_opcode_counts
-from mla_var3.layers.mla.decode import MlaDecodeProblem
+from compiled_sass import count, small_decode, split_opcode_counts
 from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
-RAGGED = MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=64, varlen=True)
+RAGGED = small_decode(varlen=True)
 DESIGN = Path(__file__).resolve().parents[1] / "src/mla_var3/kernel/cute_python/mla/flash_mla_decode"
-
-
-
-
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")

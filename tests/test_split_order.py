@@ -122,4 +122,3 @@ def test_order_kernel_matches_the_host_mirror(lens):
     assert sorted(got) == sorted(want)                                # the same items, the same -1 count
     work = [max(_work(i, tiles, chunk, slots), 1 if i >= 0 else 0) for i in got]
     assert work == sorted(work, reverse=True)                         # equal sizes may swap (atomics)
-

@@ -5,15 +5,11 @@ same boxes, armed once per chunk, only issued from more warps); v27 picks its wa
 
 import pytest
 
-from compiled_sass import split_opcode_counts
+from compiled_sass import count, small_decode, split_opcode_counts
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
-
-
-def _problem(page_size: int) -> MlaDecodeProblem:
-    return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size)
 
 
 def test_the_halves_cover_every_chunk_once_in_order():
@@ -24,16 +20,14 @@ def test_the_halves_cover_every_chunk_once_in_order():
     assert kernel.PRODUCER_WARP == 8 and kernel.STAGES * len(split_refill.HALVES) == 4   # warps 8-11
 
 
-
-
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size", [64, 16])
 def test_the_same_boxes_and_barriers_as_v23(page_size):
-    v23 = split_opcode_counts("flash_mla_decode_v23", _problem(page_size))
-    v26 = split_opcode_counts("flash_mla_decode_v26", _problem(page_size))
+    v23 = split_opcode_counts("flash_mla_decode_v23", small_decode(page_size))
+    v26 = split_opcode_counts("flash_mla_decode_v26", small_decode(page_size))
     for prefix in ("HGMMA", "UTMALDG", "SYNCS.EXCH", "SYNCS.ARRIVE", "SYNCS.PHASECHK", "ELECT"):
-        assert sum(n for op, n in v26.items() if op.startswith(prefix)) == \
-            sum(n for op, n in v23.items() if op.startswith(prefix)) > 0, prefix
+        assert count(v26, prefix) == \
+            count(v23, prefix) > 0, prefix
 
 
 def test_v27_chooses_the_issuing_warps_by_page_size():
@@ -51,8 +45,8 @@ def test_v27_chooses_the_issuing_warps_by_page_size():
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("page_size, like", [(64, "flash_mla_decode_v23"), (16, "flash_mla_decode_v26")])
 def test_v27_compiles_the_boxes_and_barriers_of_the_version_it_follows(page_size, like):
-    v27 = split_opcode_counts("flash_mla_decode_v27", _problem(page_size))
-    ref = split_opcode_counts(like, _problem(page_size))
+    v27 = split_opcode_counts("flash_mla_decode_v27", small_decode(page_size))
+    ref = split_opcode_counts(like, small_decode(page_size))
     for prefix in ("HGMMA", "UTMALDG", "SYNCS", "ELECT", "BAR"):
-        assert sum(n for op, n in v27.items() if op.startswith(prefix)) == \
-            sum(n for op, n in ref.items() if op.startswith(prefix)) > 0, prefix
+        assert count(v27, prefix) == \
+            count(ref, prefix) > 0, prefix

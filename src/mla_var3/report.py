@@ -16,13 +16,18 @@ from mla_var3.runtime.records import latest_records
 BENCH_COLUMNS = ("kernel", "problem", "time (us)", "TFLOP/s", "GB/s", "% roofline", "% datasheet", "bound", "vs first")
 
 
+def kernel_order(seen: list[str], order: list[str] | None) -> list[str]:
+    """The kernels of `seen` with those named in `order` first, in that order, then the rest as seen."""
+    return [k for k in (order or []) if k in seen] + [k for k in seen if k not in (order or [])]
+
+
 def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] | None = None) -> list[dict]:
     """One row per (problem, kernel), the latest record wins; kernels in `order` (default: as
     they first appear), peers last; 'vs first' = baseline time / time."""
     kinds = ("bench", "peer")       # peer rows: measured elsewhere, shown for reference
     latest = {(r["problem_key"], r["kernel"]): r for r in latest_records(recs)}
     seen = list(dict.fromkeys(r["kernel"] for r in recs if r.get("kind") in kinds))
-    order = [k for k in (order or []) if k in seen] + [k for k in seen if k not in (order or [])]
+    order = kernel_order(seen, order)
     order.sort(key=lambda k: any(r["kernel"] == k and r["kind"] == "peer" for r in recs))
     baseline = baseline or (order[0] if order else None)
     rows = []
@@ -48,7 +53,7 @@ def ratio_table(recs: list[dict], order: list[str] | None = None) -> str:
     latest = {(r["problem_key"], r["kernel"]): r["time_us"]["median"]
               for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
     seen = list(dict.fromkeys(k for _, k in latest))
-    kernels = [k for k in (order or []) if k in seen] + [k for k in seen if k not in (order or [])]
+    kernels = kernel_order(seen, order)
     if not kernels:
         return "(no records)"
     first, others = kernels[0], kernels[1:]
