@@ -55,6 +55,10 @@ def test_compared_plans_are_timed_interleaved(tmp_path):
         assert rec["time_us"]["interleaved_with"] == 1 and rec["time_us"]["n"] == 10
     assert a["clocks_before"] == b["clocks_before"] and a["clocks_after"] == b["clocks_after"]
     assert 0.8 < a["time_us"]["median"] / b["time_us"]["median"] < 1.25
+    for rec in (a, b):                # each plan's own clock, read while its timed replays ran
+        during = rec["clocks_during"]
+        assert 300 < during["sm_mhz"] < 3000 and during["power_w"] > 0 and len(during["sm_mhz_samples"]) == 10
+        assert rec["kcycles"] == pytest.approx(rec["time_us"]["median"] * during["sm_mhz"] / 1000)
 
 
 @pytest.mark.gpu

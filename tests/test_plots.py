@@ -291,3 +291,27 @@ def test_report_ratios_puts_kernels_side_by_side(tmp_path, capsys):
     assert rows[0] == f"| b=128,s_q=1,h_q=16,seqlen=1024 | {t_new:.1f} | {t_old:.1f} | {t_old / t_new:.3f} |"
     assert rows[0].endswith("| 1.250 |")
     assert rows[1].endswith("| - | - |")
+
+
+def test_report_ratios_clocks_separate_clock_from_cycles(tmp_path, capsys):
+    """--ratios --clocks: each kernel's SM clock during its replays, and the ratio in cycles. A
+    kernel 10% slower in time at a clock 10% lower took the same cycles: ratio 1.000."""
+    a = _problem(1, 16, 1024)
+    fast, slow = _bench("k_new", "d", 2, "cute-dsl", a, 100.0), _bench("k_old", "d", 1, "cute-dsl", a, 80.0)
+    t_fast = fast["time_us"]["median"]
+    slow["time_us"]["median"] = t_fast * 1.1
+    fast["clocks_during"] = {"sm_mhz": 1800.0, "power_w": 650.0, "sm_mhz_samples": [1800.0]}
+    slow["clocks_during"] = {"sm_mhz": 1800.0 / 1.1, "power_w": 690.0, "sm_mhz_samples": [1636.4]}
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (fast, slow)))
+    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.startswith("| problem"))
+    assert head.endswith("| k_new MHz | k_old MHz | k_old / k_new cycles |")
+    row = next(line for line in out if line.startswith("| b="))
+    assert row.endswith("| 1.100 | 1800 | 1636 | 1.000 |")
+    del slow["clocks_during"]                     # an older record: no clock, no made-up cycle ratio
+    path.write_text("".join(json.dumps(r) + "\n" for r in (fast, slow)))
+    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| b="))
+    assert row.endswith("| 1800 | - | - |")

@@ -2,7 +2,8 @@
 
 `python -m mla_var3.report --records DIR [--kernel NAME] [--peers]` prints the markdown table of
 the latest bench record per (kernel, problem) found there (`--ratios`: one row per problem, the
-kernels side by side with their time ratios); `--plots [--design D] [--out DIR]`
+kernels side by side with their time ratios; `--clocks` adds the SM clock each ran at and the ratios in
+cycles); `--plots [--design D] [--out DIR]`
 also writes D's roofline and version-progress PNGs (mla_var3.plots) and prints their links.
 """
 from __future__ import annotations
@@ -46,23 +47,33 @@ def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] |
     return rows
 
 
-def ratio_table(recs: list[dict], order: list[str] | None = None) -> str:
+def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool = False) -> str:
     """The side-by-side comparison a devlog section quotes: one row per problem, each kernel's
     median time, then each other kernel's time over the first's (> 1: the first is faster).
-    Kernels in `order` (default: as they first appear); problems missing a kernel show '-'."""
-    latest = {(r["problem_key"], r["kernel"]): r["time_us"]["median"]
-              for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
+    Kernels in `order` (default: as they first appear); problems missing a kernel show '-'.
+    `clocks`: also each kernel's median SM clock during its own timed replays and each other
+    kernel's SM cycles over the first's, which separates a slower clock (more power drawn for
+    the same work) from more cycles (records without `clocks_during` show '-')."""
+    latest = {(r["problem_key"], r["kernel"]): r for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
     seen = list(dict.fromkeys(k for _, k in latest))
     kernels = kernel_order(seen, order)
     if not kernels:
         return "(no records)"
     first, others = kernels[0], kernels[1:]
     heads = ["problem"] + [f"{k} us" for k in kernels] + [f"{k} / {first}" for k in others]
+    if clocks:
+        heads += [f"{k} MHz" for k in kernels] + [f"{k} / {first} cycles" for k in others]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for pk in dict.fromkeys(p for p, _ in latest):
-        times = [latest.get((pk, k)) for k in kernels]
+        rows = [latest.get((pk, k)) for k in kernels]
+        times = [r["time_us"]["median"] if r else None for r in rows]
         cells = [pk] + [f"{t:.1f}" if t else "-" for t in times]
         cells += [f"{t / times[0]:.3f}" if t and times[0] else "-" for t in times[1:]]
+        if clocks:
+            mhz = [((r or {}).get("clocks_during") or {}).get("sm_mhz") for r in rows]
+            cyc = [t * m if t and m else None for t, m in zip(times, mhz)]
+            cells += [f"{m:.0f}" if m else "-" for m in mhz]
+            cells += [f"{c / cyc[0]:.3f}" if c and cyc[0] else "-" for c in cyc[1:]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -225,6 +236,8 @@ def _main(argv=None) -> int:
     ap.add_argument("--ratios", action="store_true", help="print instead one row per problem: each kernel's "
                                                           "time, then each other kernel's time over the first's "
                                                           "(kernels in --kernel order)")
+    ap.add_argument("--clocks", action="store_true", help="with --ratios: add each kernel's SM clock during its "
+                                                          "timed replays and the ratios in SM cycles")
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)
@@ -250,7 +263,7 @@ def _main(argv=None) -> int:
         targets = [out / f"{design}_roofline.png", out / f"{design}_progress.png"]
         writable_dir("--out", out, targets)
     print(run_context(recs))
-    print(ratio_table(recs, args.kernel) if args.ratios else markdown_table(bench_rows(recs)))
+    print(ratio_table(recs, args.kernel, clocks=args.clocks) if args.ratios else markdown_table(bench_rows(recs)))
     if args.plots:
         try:
             roof = plots.roofline_plot(recs, targets[0], design=design)

@@ -326,7 +326,10 @@ def cmd_bench(names, problems, args, kind) -> int:
         for rec in timed:
             records.append(rec, args.records)
             recs.append(rec)
-            print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us", flush=True)
+            during = rec.get("clocks_during") or {}
+            clock = (f"  at {during['sm_mhz']:.0f} MHz, {during['power_w']:.0f} W"
+                     if during.get("sm_mhz") and during.get("power_w") else "")
+            print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us{clock}", flush=True)
         if args.compare and problem.key() not in report.live_peer_problems(recs):
             recs += problem.peer_records(device)
     print()

@@ -9,12 +9,18 @@ round. Timing them one after another instead hands whichever plan follows an idl
 compile, building inputs) a cooler GPU at a higher boost clock: on the H200, a compare run's
 records show 130 W and 1980 MHz before a plan that had just compiled, and 620 W and 1500-1900 MHz
 before the plan timed right after another (2026-12-01, docs/kernels/flash_mla_decode.md, v12).
+Each plan's record also keeps the SM clock and power read while its own timed replays ran
+(`clocks_during`, runtime/gpu_monitor.py) and its SM cycles per call (`kcycles`): at the power
+limit a kernel that draws more power runs at a lower clock, which time alone cannot tell apart
+from a kernel that needs more cycles.
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import asdict, dataclass
+
+from mla_var3.runtime import gpu_monitor
 
 L2_MULTIPLE = 3
 MAX_SETS = 64
@@ -90,9 +96,10 @@ class GraphReplay:
     repetitions to last about `rep_ms`; `__call__` replays it and returns ms per step (one pass
     over the sets), timed with CUDA events."""
 
-    def __init__(self, kern, sets, rep_ms: float, stream):
+    def __init__(self, kern, sets, rep_ms: float, stream, monitor=None):
         import torch
-        self.sets, self.stream = sets, stream
+        self.sets, self.stream, self.monitor = sets, stream, monitor
+        self.clocks: list = []          # one gpu_monitor.ClockSample per call (with a monitor)
 
         def step():
             for inputs, outputs, workspace in sets:
@@ -121,6 +128,8 @@ class GraphReplay:
             start.record()
             self.graph.replay()
             end.record()
+            if self.monitor is not None:   # read the clock while this plan's replay runs
+                self.clocks.append(gpu_monitor.sample_while(lambda: not end.query(), self.monitor))
             torch.cuda.synchronize()
         return start.elapsed_time(end) / self.n_repeat
 
@@ -148,6 +157,8 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
         return input_sets[i]
 
     stream = torch.cuda.Stream()
+    monitor = gpu_monitor.Nvml(torch.cuda.current_device())
+    monitor = monitor if monitor.available else None
     prepared = []
     for plan, tiling in entries:
         kern = plan.build(first, tiling)
@@ -164,7 +175,7 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
         n_sets = sets_needed(per_set, device.l2_bytes)
         sets += [one_set(inputs_set(i)) for i in range(1, n_sets)]
         with annotate(plan.name, cfg, "warmup"):
-            replay = GraphReplay(kern, sets, rep_ms, stream)   # warms every set up before capturing
+            replay = GraphReplay(kern, sets, rep_ms, stream, monitor)   # warms every set up before capturing
         prepared.append((plan, kern, sets, per_set, compile_s, replay))
 
     clocks_before = records.gpu_clocks()
@@ -173,14 +184,17 @@ def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.
     clocks_after = records.gpu_clocks()
     flops, nbytes = problem.flops_bytes(first)
     out = []
-    for (_plan, kern, sets, per_set, compile_s, _replay), times_ms in zip(prepared, samples):
+    for (_plan, kern, sets, per_set, compile_s, replay), times_ms in zip(prepared, samples):
         stats = per_call_stats(times_ms, len(sets), per_set * len(sets))
         point = roofline.roofline(flops, nbytes, stats.median, device)
+        during = gpu_monitor.summarize(replay.clocks[-len(times_ms):])   # the timed replays, not the warm-up
         out.append({"tiling_obj": kern.tiling, "time_us": {**stats.to_dict(), "interleaved_with": len(prepared) - 1},
                     "tflops": point.tflops, "gbps": point.gbps,
                     "pct_roofline": point.pct_measured, "pct_datasheet": point.pct_datasheet, "bound": point.bound,
                     "intensity": point.intensity, "floor_us": point.floor_us, "flops": flops, "bytes": nbytes,
                     "compile_s": compile_s, "clocks_before": clocks_before, "clocks_after": clocks_after,
+                    "clocks_during": during,
+                    "kcycles": gpu_monitor.kcycles(stats.median, during["sm_mhz"] if during else None),
                     "stages": [s.name for s in kern.stages], "workspace_bytes": sets[0][2].nbytes(),
                     **problem.input_facts(first)})
     return out
