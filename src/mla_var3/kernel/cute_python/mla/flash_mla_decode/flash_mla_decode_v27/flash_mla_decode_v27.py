@@ -118,7 +118,6 @@ class FlashMlaDecodeV27(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v26 with one issuing producer warp per stage at page 64, two at pages 16/32"
 
     def supports(self, problem) -> list[str]:
