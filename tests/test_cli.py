@@ -93,6 +93,11 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--rep_ms=-1"], r"--rep_ms: expected a timing budget"),
     (["torch_mla_decode", "--check", "--b=4096", "--seqlen=1048576", "--device=cpu"],
      r"needs ~\d.* TB for its inputs and outputs, cpu has .* free"),
+    (["torch_mla_decode", "--grid=bench", "--where=hq > 3"], r"--where: unknown field 'hq' in 'hq > 3' \(fields: b, "),
+    (["torch_mla_decode", "--grid=bench", "--where=h_q >"], r"--where: cannot read 'h_q >'"),
+    (["torch_mla_decode", "--grid=bench", "--where=__import__('os')"], r"--where: .* is not allowed in"),
+    (["torch_mla_decode", "--grid=bench", "--where=h_q > 1000"], r"--where: no problem of grid 'bench' matches"),
+    (["torch_mla_decode", "--check", "--where=h_q > 3"], r"--where: only with --grid"),
     (["flash_mla_decode", "--compile-only", "--arch=sm_80", "--b=1", "--s_q=1", "--h_q=16"],
      r"--compile-only --arch=sm_80: flash_mla_decode_v\d+ cannot be compiled for sm_80"),
 ])
@@ -189,3 +194,17 @@ def test_tiling_flag_converts_to_the_fields_types():
     t = parse_tiling(registry.get_plan("flash_mla_decode_v3"), "chunk=16, num_threads=256")
     assert t.chunk == 16 and t.num_threads == 256 and t.block_n == 64
     assert parse_tiling(registry.get_plan("flashmla_decode_v1"), "metadata=per_call").metadata == "per_call"
+
+
+def test_where_keeps_the_grid_problems_it_holds_for():
+    """--where filters a named grid with an expression over the problem's fields (arithmetic,
+    comparisons, and/or/not); the kept problems are the grid's own, in its order."""
+    from mla_var3.cli.where import filter_grid
+    from mla_var3.layers.mla import decode as mla
+    bench = mla.grid("bench")
+    kept = filter_grid(bench, "s_q * h_q >= 128 and not varlen", "bench")
+    assert kept == [p for p in bench if p.s_q * p.h_q >= 128 and not p.varlen] and len(kept) == 9
+    assert filter_grid(bench, "seqlen // 1024 % 4 == 0 or h_q == 16", "bench") == \
+        [p for p in bench if p.seqlen // 1024 % 4 == 0 or p.h_q == 16]
+    assert filter_grid(mla.grid("serving"), "page_size == 16 and 8 < h_q <= 32", "serving") == \
+        [p for p in mla.grid("serving") if p.page_size == 16 and 8 < p.h_q <= 32]

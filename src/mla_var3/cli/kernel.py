@@ -4,6 +4,7 @@
     <name> --check                               correctness on the check grid (or the given problem)
     <name> --b=128 --s_q=1 --h_q=64 --seqlen=4096 [--varlen] [--seed=0]    benchmark one problem
     <name> --grid=bench                          benchmark a named grid
+    <name> --grid=bench --where "h_q >= 64"      ... only its problems for which the expression holds
     <name> --compare=<a>,<b>|all                 <name> first = the baseline
     <name> --compile-only --arch=sm_90a          no GPU needed
     <name> --dump=ptx,cubin,sass,mlir|all        compiler output + one summary line per stage (no GPU)
@@ -83,6 +84,9 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                          "shape; a hung config hangs the run) instead of one process per trial under a timeout")
     ap.add_argument("--tiling", help="key=value,... fields of the first kernel's Tiling (e.g. chunk=16); "
                                      "wins over --autotune and cached winners")
+    ap.add_argument("--where", help="with --grid: only the grid's problems for which this holds, e.g. "
+                                    "\"s_q * h_q >= 128 and not varlen\" (problem fields, numbers, + - * // %%, "
+                                    "comparisons, and/or/not)")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
     for kind in kinds:
@@ -396,6 +400,11 @@ def run(argv: list[str]) -> int:
     problems = kind.from_cli(args)
     if problems and args.grid:
         raise UsageError("--grid: give a named grid or problem flags, not both")
+    if args.where is not None:
+        if not args.grid:
+            raise UsageError("--where: only with --grid (it keeps some of a named grid's problems)")
+        from mla_var3.cli.where import filter_grid
+        problems = filter_grid(kind.grid(args.grid), args.where, args.grid)
     names = kernel_names(args, kind)
     if args.tiling:
         from mla_var3.cli.tiling import parse_tiling
