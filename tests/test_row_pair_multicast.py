@@ -56,3 +56,22 @@ def test_one_row_block_builds_v28s_kernel():
     v28 = split_opcode_counts("flash_mla_decode_v28", small_decode(64))
     v29 = split_opcode_counts("flash_mla_decode_v29", small_decode(64))
     assert v29 == v28
+
+
+def test_v30_pairs_only_where_a_tile_is_many_boxes():
+    """v30's default: pairs at pages 16 and 32 (v29 measured 1.09-1.13x and 1.01-1.03x v28 there),
+    single CTAs at page 64 (v29 took 1.01-1.036x v28's time); the autotune space keeps both."""
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v30 import flash_mla_decode_v30 as v30
+    plan = v30.Plan()
+    for page, pairs in ((16, 2), (32, 2), (64, 1)):
+        problem = MlaDecodeProblem(b=4, s_q=1, h_q=128, seqlen=1024, page_size=page)
+        assert plan.default_tiling(problem).cluster_rows == pairs
+        assert {t.cluster_rows for t in plan.autotune_configs(problem)} == {1, 2}
+    assert plan.default_tiling(MlaDecodeProblem(b=4, s_q=1, h_q=64, seqlen=1024, page_size=16)).cluster_rows == 1
+
+
+@pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
+@pytest.mark.parametrize("page_size, like", [(64, "flash_mla_decode_v28"), (16, "flash_mla_decode_v29")])
+def test_v30_builds_the_kernel_of_the_version_it_follows(page_size, like):
+    paired = MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlen=1024, page_size=page_size)
+    assert split_opcode_counts("flash_mla_decode_v30", paired) == split_opcode_counts(like, paired)
