@@ -143,7 +143,7 @@ def test_ncu_parser_on_the_h200_fixture():
     assert f["dram_gbps"] == pytest.approx(3245.41, rel=1e-4)
     assert f["smem_per_block_kb"] == pytest.approx(218.0)
     assert f["registers_per_thread"] == 210 and 0 < f["l2_hit_rate_pct"] < 100
-    assert all(f[c] is not None for c in profiling.NCU_METRICS)
+    assert all(f[c] is not None for c in profiling.NCU_METRICS if c not in profiling.CLOCK_COLUMNS)
     ct_rows = [r for r in rows if r["kernel_name"].startswith("mla_decode_kernel")]
     assert len(ct_rows) == 3 and ct_rows[0]["registers_per_thread"] == 168
     summary = {r["kernel_name"]: r for r in profiling.summarize_launches(rows)}
@@ -220,3 +220,16 @@ def test_racecheck_detail_needs_sanitize(capsys):
     assert main(["torch_mla_decode_v1", "--racecheck-detail"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: --racecheck-detail: only with --prof_type=sanitize (got --prof_type=disabled)")
+
+
+def test_ncu_clock_columns_convert_to_mhz_and_thousands_of_cycles():
+    """sm__cycles_elapsed.avg.per_second in the units ncu prints it (cycle/nsecond, Hz, GHz) -> MHz;
+    sm__cycles_elapsed.max (cycle, Kcycle) -> thousands of cycles; the ratio columns in "cycle"
+    without a conversion stay as printed."""
+    head = '"ID","Kernel Name","sm__cycles_elapsed.avg.per_second","sm__cycles_elapsed.max"\n'
+    for rate_unit, rate, mhz in (("cycle/nsecond", "1.65", 1650.0), ("Hz", "1,650,000,000", 1650.0), ("GHz", "1.65", 1650.0)):
+        for cyc_unit, cyc, k in (("cycle", "402,600", 402.6), ("Kcycle", "402.6", 402.6)):
+            text = head + f'"","","{rate_unit}","{cyc_unit}"\n"0","k","{rate}","{cyc}"\n'
+            (row,) = profiling.parse_ncu_csv(text)
+            assert row["sm_mhz"] == pytest.approx(mhz) and row["sm_kcycles"] == pytest.approx(k)
+    assert "sm__cycles_elapsed.max" in profiling.ncu_metrics() and "sm__cycles_elapsed.avg.per_second" in profiling.ncu_metrics()

@@ -18,6 +18,7 @@ DETAIL_HEADERS = (("version", "version"), ("kernel", "kernel_name"), ("cyc/issue
 DIFF_COLUMNS = (("us", "duration_us"), ("SM %", "sm_throughput_pct"), ("tensor %", "tensor_pipe_pct"),
                 ("DRAM %", "dram_throughput_pct"), ("DRAM GB/s", "dram_gbps"), ("occup %", "achieved_occupancy_pct"),
                 ("regs", "registers_per_thread"), ("smem KB", "smem_per_block_kb"), ("L2 hit %", "l2_hit_rate_pct"),
+                ("MHz", "sm_mhz"), ("kcycles", "sm_kcycles"),
                 *((h, k) for h, k in DETAIL_HEADERS[2:]))
 MOVED_PCT = 5.0           # a metric "moved" when it changed by at least this much (relative) ...
 MOVED_STALL = 0.1         # ... or, for a stall reason, by at least this many cycles per issued instruction

@@ -137,7 +137,8 @@ def cmd_ncu(names, problems, args, kind) -> int:
 NCU_HEADERS = (("version", "version"), ("kernel", "kernel_name"), ("n", "launches"), ("us", "duration_us"),
                ("SM %", "sm_throughput_pct"), ("tensor %", "tensor_pipe_pct"), ("DRAM %", "dram_throughput_pct"),
                ("DRAM GB/s", "dram_gbps"), ("occup %", "achieved_occupancy_pct"), ("regs", "registers_per_thread"),
-               ("smem KB", "smem_per_block_kb"), ("L2 hit %", "l2_hit_rate_pct"))
+               ("smem KB", "smem_per_block_kb"), ("L2 hit %", "l2_hit_rate_pct"), ("MHz", "sm_mhz"),
+               ("kcycles", "sm_kcycles"))
 
 
 def format_ncu_table(rows: list[dict], problem) -> str:

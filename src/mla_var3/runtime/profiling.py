@@ -91,7 +91,13 @@ NCU_METRICS = {
     "registers_per_thread": ("launch__registers_per_thread", None),
     "smem_per_block_kb": ("launch__shared_mem_per_block", "B->KB"),
     "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", None),
+    # the SM clock ncu's replay ran at and the SM cycles the launch took: a kernel's cycles compare
+    # across clocks (a benchmark at the power limit runs at 1500-1700 MHz, ncu's short replays often
+    # near 1980); bench records keep the same pair as clocks_during / kcycles
+    "sm_mhz": ("sm__cycles_elapsed.avg.per_second", "Hz->MHz"),
+    "sm_kcycles": ("sm__cycles_elapsed.max", "cycles->k"),
 }
+CLOCK_COLUMNS = ("sm_mhz", "sm_kcycles")     # added 2026-12-02: older ncu records and fixtures lack them
 DEFAULT_LAUNCHES = 3
 
 # --ncu-set=detail: column -> (metric, conversion). Names as ncu's own sections use them (the
@@ -170,14 +176,18 @@ def _to_float(text: str) -> float | None:
 _UNIT_SCALE = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "msecond": 1e3, "ms": 1e3, "nsecond": 1e-3,
                "B/s": 1e-9, "byte/second": 1e-9, "KB/s": 1e-6, "Kbyte/second": 1e-6, "MB/s": 1e-3,
                "Mbyte/second": 1e-3, "GB/s": 1.0, "Gbyte/second": 1.0, "TB/s": 1e3, "Tbyte/second": 1e3,
-               "B": 1 / 1024, "byte": 1 / 1024, "byte/block": 1 / 1024, "byte/s": 1e-9, "KB": 1.0, "Kbyte": 1.0, "MB": 1024.0, "Mbyte": 1024.0}
+               "B": 1 / 1024, "byte": 1 / 1024, "byte/block": 1 / 1024, "byte/s": 1e-9, "KB": 1.0, "Kbyte": 1.0, "MB": 1024.0, "Mbyte": 1024.0,
+               # the clock columns (only read with a conversion, so a ratio in "cycle" stays as printed)
+               "cycle/nsecond": 1e3, "cycle/usecond": 1.0, "cycle/second": 1e-6, "Hz": 1e-6, "KHz": 1e-3,
+               "MHz": 1.0, "GHz": 1e3, "cycle": 1e-3, "Kcycle": 1.0, "Mcycle": 1e3}
 
 
 def _convert(value: float | None, unit: str, conv: str | None) -> float | None:
     """Bring ncu's value in its printed unit to the column's unit (us, GB/s, KB)."""
     if value is None or conv is None:
         return value
-    return value * _UNIT_SCALE.get(unit.strip(), {"ns->us": 1e-3, "B/s->GB/s": 1e-9, "B->KB": 1 / 1024}[conv])
+    return value * _UNIT_SCALE.get(unit.strip(), {"ns->us": 1e-3, "B/s->GB/s": 1e-9, "B->KB": 1 / 1024,
+                                                  "Hz->MHz": 1e-6, "cycles->k": 1e-3}[conv])
 
 
 def parse_ncu_csv(text: str) -> list[dict]:
