@@ -125,7 +125,6 @@ class FlashMlaDecodeV28(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v27 without the combine launch when every sequence is one split (one split slot)"
 
     def supports(self, problem) -> list[str]:

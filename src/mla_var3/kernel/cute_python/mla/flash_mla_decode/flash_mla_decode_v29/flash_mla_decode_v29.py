@@ -144,7 +144,6 @@ class FlashMlaDecodeV29(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v28 with each K/V tile multicast to the two row-block CTAs of a sequence (2-CTA clusters)"
 
     def supports(self, problem) -> list[str]:

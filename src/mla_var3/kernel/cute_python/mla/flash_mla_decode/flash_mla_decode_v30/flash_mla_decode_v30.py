@@ -141,7 +141,6 @@ class FlashMlaDecodeV30(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v29 with row-block pairs (K/V multicast) at pages 16/32 only; v28's kernel at page 64"
 
     def supports(self, problem) -> list[str]:
