@@ -3,6 +3,7 @@
 skipped with its reason."""
 import pytest
 
+from graph_replay import replay_with_new_lengths
 from mla_var3.layers.mla import decode as mla
 from mla_var3.runtime import check, devices, registry
 
@@ -90,9 +91,6 @@ def test_cuda_graph_replay_with_new_lengths(name, page_size):
     """Capture one call, change the lengths in place (same shapes), replay: the answer must follow
     the new lengths (a schedule computed on the host at capture time would not); at every page
     size the version supports."""
-    import dataclasses
-
-    import torch
     plan = registry.get_plan(name)
     if plan.unavailable():
         pytest.skip(f"{name}: {plan.unavailable()}")
@@ -106,21 +104,7 @@ def test_cuda_graph_replay_with_new_lengths(name, page_size):
     tiling = plan.Tiling(metadata="per_call") if plan.language == "peer" else None
     kern = plan.build(inputs, tiling)
     kern.compile()
-    outputs, ws = problem.make_outputs(inputs), kern.prepare(inputs)
-    kern.launch(inputs, outputs, ws)                     # warm up outside the graph
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        own = kern.launch(inputs, outputs, ws)
-    if own is not None:        # a peer's own outputs: tensors of the graph's pool that each replay rewrites
-        outputs = own
-    new_lens = (37, 900, 513)
-    inputs.cache_seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
-    for t in outputs:
-        t.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    replayed = dataclasses.replace(inputs, seqlens=new_lens)
+    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 900, 513))
     cmp = problem.compare(outputs, problem.reference(replayed))
     assert cmp.passed, cmp.reason
 
