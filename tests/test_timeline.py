@@ -222,7 +222,8 @@ def test_timer_reads_and_fingerprint_on_text():
      "flash_mla_decode_v9, flash_mla_decode_v10, flash_mla_decode_v11, flash_mla_decode_v12, flash_mla_decode_v13, "
      "flash_mla_decode_v14, flash_mla_decode_v15, flash_mla_decode_v16, flash_mla_decode_v17, flash_mla_decode_v18, "
      "flash_mla_decode_v19, flash_mla_decode_v20, flash_mla_decode_v21, flash_mla_decode_v23, "
-     "flash_mla_decode_v24, flash_mla_decode_v26, flash_mla_decode_v27)"),   # v22's and v25's persistent items have no timeline
+     "flash_mla_decode_v24, flash_mla_decode_v26, flash_mla_decode_v27, flash_mla_decode_v28, "
+     "flash_mla_decode_v29, flash_mla_decode_v30)"),   # v22's and v25's persistent items have no timeline
     (["flash_mla_decode_v4", "--prof_type=timeline", "--compare=flash_mla_decode_v3"], "one version at a time"),
     (["flash_mla_decode_v4", "--prof_type=timeline", "--timeline-ctas=0"], "--timeline-ctas: expected 1..64"),
     (["flash_mla_decode_v4", "--timeline-ctas=2"], "--timeline-ctas: only with --prof_type=timeline"),
