@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from mla_var3.errors import UsageError, guarded
+from mla_var3.runtime import gpu_monitor
 from mla_var3.runtime.records import latest_records
 
 BENCH_COLUMNS = ("kernel", "problem", "time (us)", "TFLOP/s", "GB/s", "% roofline", "% datasheet", "bound", "vs first")
@@ -71,7 +72,7 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
         cells += [f"{t / times[0]:.3f}" if t and times[0] else "-" for t in times[1:]]
         if clocks:
             mhz = [((r or {}).get("clocks_during") or {}).get("sm_mhz") for r in rows]
-            cyc = [t * m if t and m else None for t, m in zip(times, mhz)]
+            cyc = [gpu_monitor.kcycles(t, m) if t else None for t, m in zip(times, mhz)]
             cells += [f"{m:.0f}" if m else "-" for m in mhz]
             cells += [f"{c / cyc[0]:.3f}" if c and cyc[0] else "-" for c in cyc[1:]]
         lines.append("| " + " | ".join(cells) + " |")
