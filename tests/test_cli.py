@@ -208,3 +208,16 @@ def test_where_keeps_the_grid_problems_it_holds_for():
         [p for p in bench if p.seqlen // 1024 % 4 == 0 or p.h_q == 16]
     assert filter_grid(mla.grid("serving"), "page_size == 16 and 8 < h_q <= 32", "serving") == \
         [p for p in mla.grid("serving") if p.page_size == 16 and 8 < p.h_q <= 32]
+
+
+def test_bench_line_clock_note_adds_energy_per_call_when_read():
+    """The bench line's tail: clock and power, then the energy per call where the record has it;
+    nothing for records without a clock reading."""
+    from mla_var3.cli.kernel import clock_note
+    during = {"sm_mhz": 1652.4, "power_w": 688.6, "sm_mhz_samples": [1652.4], "mj_per_call": 233.7,
+              "power_w_energy": 690.1}
+    assert clock_note(during) == "  at 1652 MHz, 689 W, 233.7 mJ/call"
+    assert clock_note({**during, "mj_per_call": None}) == "  at 1652 MHz, 689 W"
+    old = {"sm_mhz": 1652.4, "power_w": 688.6, "sm_mhz_samples": [1652.4]}       # before mj_per_call
+    assert clock_note(old) == "  at 1652 MHz, 689 W"
+    assert clock_note(None) == "" and clock_note({"sm_mhz": None, "power_w": None, "mj_per_call": 233.7}) == ""

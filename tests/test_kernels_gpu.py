@@ -60,6 +60,8 @@ def test_compared_plans_are_timed_interleaved(tmp_path):
         during = rec["clocks_during"]
         assert 300 < during["sm_mhz"] < 3000 and during["power_w"] > 0 and len(during["sm_mhz_samples"]) == 10
         assert rec["kcycles"] == pytest.approx(rec["time_us"]["median"] * during["sm_mhz"] / 1000)
+        # 10 ms replays span fewer than two of the energy counter's ~100 ms updates: no reading
+        assert (during["mj_per_call"], during["power_w_energy"], during["energy_replays"]) == (None, None, 0)
 
 
 @pytest.mark.gpu

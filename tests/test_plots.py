@@ -307,11 +307,36 @@ def test_report_ratios_clocks_separate_clock_from_cycles(tmp_path, capsys):
     assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
     out = capsys.readouterr().out.splitlines()
     head = next(line for line in out if line.startswith("| problem"))
-    assert head.endswith("| k_new MHz | k_old MHz | k_old / k_new cycles |")
+    assert head.endswith("| k_new MHz | k_old MHz | k_old / k_new cycles | k_new mJ | k_old mJ | k_old / k_new energy |")
     row = next(line for line in out if line.startswith("| b="))
-    assert row.endswith("| 1.100 | 1800 | 1636 | 1.000 |")
+    assert row.endswith("| 1.100 | 1800 | 1636 | 1.000 | - | - | - |")   # records from before mj_per_call
     del slow["clocks_during"]                     # an older record: no clock, no made-up cycle ratio
     path.write_text("".join(json.dumps(r) + "\n" for r in (fast, slow)))
     assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| b="))
-    assert row.endswith("| 1800 | - | - |")
+    assert row.endswith("| 1800 | - | - | - | - | - |")
+
+
+def test_report_ratios_clocks_show_energy_per_call_and_its_ratio(tmp_path, capsys):
+    """--ratios --clocks: each kernel's energy per call (mJ) and each other kernel's over the
+    first's; a kernel at the same clock and cycles spending 12% more energy per call reads 1.120."""
+    a = _problem(1, 16, 1024)
+    ours, peer = _bench("k_new", "d", 2, "cute-dsl", a, 100.0), _bench("k_old", "d", 1, "cute-dsl", a, 80.0)
+    peer["time_us"]["median"] = ours["time_us"]["median"]
+    ours["clocks_during"] = {"sm_mhz": 1650.0, "power_w": 690.0, "sm_mhz_samples": [1650.0],
+                             "mj_per_call": 200.0, "power_w_energy": 688.5, "energy_replays": 10}
+    peer["clocks_during"] = {"sm_mhz": 1650.0, "power_w": 690.0, "sm_mhz_samples": [1650.0],
+                             "mj_per_call": 224.0, "power_w_energy": 689.9, "energy_replays": 10}
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (ours, peer)))
+    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.startswith("| problem"))
+    assert head.endswith("| k_new mJ | k_old mJ | k_old / k_new energy |")
+    row = next(line for line in out if line.startswith("| b="))
+    assert row.endswith("| 1.000 | 1650 | 1650 | 1.000 | 200.0 | 224.0 | 1.120 |")
+    del ours["clocks_during"]["mj_per_call"]      # the first kernel's record predates the field: no ratio
+    path.write_text("".join(json.dumps(r) + "\n" for r in (ours, peer)))
+    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| b="))
+    assert row.endswith("| 1650 | 1650 | 1.000 | - | 224.0 | - |")

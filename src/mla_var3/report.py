@@ -3,7 +3,7 @@
 `python -m mla_var3.report --records DIR [--kernel NAME] [--peers]` prints the markdown table of
 the latest bench record per (kernel, problem) found there (`--ratios`: one row per problem, the
 kernels side by side with their time ratios; `--clocks` adds the SM clock each ran at and the ratios in
-cycles); `--plots [--design D] [--out DIR]`
+cycles, and the energy each spent per call and the ratios in energy); `--plots [--design D] [--out DIR]`
 also writes D's roofline and version-progress PNGs (mla_var3.plots) and prints their links.
 """
 from __future__ import annotations
@@ -54,7 +54,10 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
     Kernels in `order` (default: as they first appear); problems missing a kernel show '-'.
     `clocks`: also each kernel's median SM clock during its own timed replays and each other
     kernel's SM cycles over the first's, which separates a slower clock (more power drawn for
-    the same work) from more cycles (records without `clocks_during` show '-')."""
+    the same work) from more cycles; then each kernel's energy per call (mJ) and each other
+    kernel's over the first's: at the power cap, the kernel spending more energy per call is the
+    one given the lower clock (records without `clocks_during`, or from before it kept
+    `mj_per_call`, show '-')."""
     latest = {(r["problem_key"], r["kernel"]): r for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
     seen = list(dict.fromkeys(k for _, k in latest))
     kernels = kernel_order(seen, order)
@@ -64,6 +67,7 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
     heads = ["problem"] + [f"{k} us" for k in kernels] + [f"{k} / {first}" for k in others]
     if clocks:
         heads += [f"{k} MHz" for k in kernels] + [f"{k} / {first} cycles" for k in others]
+        heads += [f"{k} mJ" for k in kernels] + [f"{k} / {first} energy" for k in others]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for pk in dict.fromkeys(p for p, _ in latest):
         rows = [latest.get((pk, k)) for k in kernels]
@@ -71,10 +75,14 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
         cells = [pk] + [f"{t:.1f}" if t else "-" for t in times]
         cells += [f"{t / times[0]:.3f}" if t and times[0] else "-" for t in times[1:]]
         if clocks:
-            mhz = [((r or {}).get("clocks_during") or {}).get("sm_mhz") for r in rows]
+            during = [(r or {}).get("clocks_during") or {} for r in rows]
+            mhz = [d.get("sm_mhz") for d in during]
             cyc = [gpu_monitor.kcycles(t, m) if t else None for t, m in zip(times, mhz)]
             cells += [f"{m:.0f}" if m else "-" for m in mhz]
             cells += [f"{c / cyc[0]:.3f}" if c and cyc[0] else "-" for c in cyc[1:]]
+            mj = [d.get("mj_per_call") for d in during]
+            cells += [f"{e:.1f}" if e else "-" for e in mj]
+            cells += [f"{e / mj[0]:.3f}" if e and mj[0] else "-" for e in mj[1:]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -238,7 +246,9 @@ def _main(argv=None) -> int:
                                                           "time, then each other kernel's time over the first's "
                                                           "(kernels in --kernel order)")
     ap.add_argument("--clocks", action="store_true", help="with --ratios: add each kernel's SM clock during its "
-                                                          "timed replays and the ratios in SM cycles")
+                                                          "timed replays and the ratios in SM cycles, "
+                                                          "and its energy per call (mJ) and the ratios "
+                                                          "in energy")
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)

@@ -330,16 +330,25 @@ def cmd_bench(names, problems, args, kind) -> int:
         for rec in timed:
             records.append(rec, args.records)
             recs.append(rec)
-            during = rec.get("clocks_during") or {}
-            clock = (f"  at {during['sm_mhz']:.0f} MHz, {during['power_w']:.0f} W"
-                     if during.get("sm_mhz") and during.get("power_w") else "")
-            print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us{clock}", flush=True)
+            print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us"
+                  f"{clock_note(rec.get('clocks_during'))}", flush=True)
         if args.compare and problem.key() not in report.live_peer_problems(recs):
             recs += problem.peer_records(device)
     print()
     print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))
     write_json(args.json, [r for r in recs if r["kind"] == "bench"])
     return 0
+
+
+def clock_note(during: dict | None) -> str:
+    """The bench line's tail from a record's `clocks_during`: '  at X MHz, Y W' and, where the
+    energy counter was read, ', Z mJ/call' (at the power cap the energy per call decides the
+    clock a kernel gets); '' when the clock was not read."""
+    during = during or {}
+    if not (during.get("sm_mhz") and during.get("power_w")):
+        return ""
+    energy = f", {during['mj_per_call']:.1f} mJ/call" if during.get("mj_per_call") else ""
+    return f"  at {during['sm_mhz']:.0f} MHz, {during['power_w']:.0f} W{energy}"
 
 
 def tune_reporter(records_dir):

@@ -12,7 +12,10 @@ before the plan timed right after another (2026-12-01, docs/kernels/flash_mla_de
 Each plan's record also keeps the SM clock and power read while its own timed replays ran
 (`clocks_during`, runtime/gpu_monitor.py) and its SM cycles per call (`kcycles`): at the power
 limit a kernel that draws more power runs at a lower clock, which time alone cannot tell apart
-from a kernel that needs more cycles.
+from a kernel that needs more cycles. `clocks_during` also keeps the energy per call (mJ,
+`mj_per_call`) from NVML's energy counter followed during each timed replay: at the cap the
+energy a call spends decides the clock the kernel gets. The counter advances every ~100 ms on the
+H200, so it is read only for replays spanning two of its updates (`--rep_ms 300` or more).
 """
 from __future__ import annotations
 
@@ -94,7 +97,9 @@ def interleaved_samples(replays: list, rounds: int, warmup_rounds: int = WARMUP_
 class GraphReplay:
     """One plan's whole calls over its rotating sets, captured once in a CUDA graph of enough
     repetitions to last about `rep_ms`; `__call__` replays it and returns ms per step (one pass
-    over the sets), timed with CUDA events."""
+    over the sets), timed with CUDA events. With a monitor each replay also leaves a ClockSample:
+    the clock sampled while it ran and the energy per call (one launch over one set) from the
+    energy counter's updates during it."""
 
     def __init__(self, kern, sets, rep_ms: float, stream, monitor=None):
         import torch
@@ -129,9 +134,12 @@ class GraphReplay:
             self.graph.replay()
             end.record()
             if self.monitor is not None:   # read the clock while this plan's replay runs
-                self.clocks.append(gpu_monitor.sample_while(lambda: not end.query(), self.monitor))
+                sample = gpu_monitor.sample_while(lambda: not end.query(), self.monitor)
             torch.cuda.synchronize()
-        return start.elapsed_time(end) / self.n_repeat
+            elapsed_ms = start.elapsed_time(end)
+            if self.monitor is not None:   # one call: one launch over one set, as per_call_stats counts
+                self.clocks.append(gpu_monitor.with_energy(sample, elapsed_ms / (self.n_repeat * len(self.sets))))
+        return elapsed_ms / self.n_repeat
 
 
 def bench_plans(entries, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
