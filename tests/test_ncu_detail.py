@@ -38,7 +38,8 @@ def test_detail_parser_on_the_fixture():
     assert r["warp_cycles_per_issue"] == pytest.approx(6.18) and r["active_warps_per_sched"] == pytest.approx(2.0)
     assert r["smem_conflicts_st"] == 2004 and r["smem_conflicts_ld"] == 0
     assert r["l2_sectors_read_tex"] == 9759978 and r["dram_sectors_read"] == 9736472
-    assert all(r[c] is not None for c in profiling.NCU_DETAIL_METRICS)
+    assert all(r[c] is not None for c in profiling.NCU_DETAIL_METRICS if c not in profiling.ADDED_DETAIL_COLUMNS)
+    assert all(r[c] is None for c in profiling.ADDED_DETAIL_COLUMNS)     # captured before they were asked for
     assert len(r["stalls"]) == 18 and "selected" not in r["stalls"]       # 19 reasons, `selected` is no stall
     assert r["stalls"]["barrier"] == pytest.approx(1.43) and r["stalls"]["long_scoreboard"] == pytest.approx(1.36)
 
@@ -270,3 +271,20 @@ def test_ncu_flag_refusals_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def test_detail_asks_for_l2_hits_and_instructions_and_parses_them():
+    """The energy columns (2026-12-02): L2 read hits from the SMs and instructions issued are in the
+    detail --metrics and come back as numbers from a capture that has them."""
+    metrics = profiling.ncu_metrics(detail=True).split(",")
+    assert "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum" in metrics and "smsp__inst_executed.sum" in metrics
+    assert "smsp__inst_executed.sum" not in profiling.ncu_metrics(detail=False).split(",")
+    text = FIXTURE.read_text().splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith('"ID"'))
+    units = text[head + 1]
+    row = text[head + 2]
+    extra = ('"lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum","smsp__inst_executed.sum"',
+             '"sector","inst"', '"1234567","89012345"')
+    capture = "\n".join(text[:head] + [text[head] + "," + extra[0], units + "," + extra[1], row + "," + extra[2]])
+    (r,) = profiling.parse_ncu_csv(capture)
+    assert r["l2_sectors_read_tex_hit"] == 1234567 and r["inst_executed"] == 89012345

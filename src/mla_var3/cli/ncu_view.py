@@ -11,8 +11,9 @@ DETAIL_HEADERS = (("version", "version"), ("kernel", "kernel_name"), ("cyc/issue
                   ("active/sch", "active_warps_per_sched"), ("eligible/sch", "eligible_warps_per_sched"),
                   ("issued/sch", "issued_warps_per_sched"), ("issue %", "issue_slots_pct"),
                   ("smem confl ld", "smem_conflicts_ld"), ("smem confl st", "smem_conflicts_st"),
-                  ("L2 rd sect (tex)", "l2_sectors_read_tex"), ("L2 rd sect", "l2_sectors_read"),
-                  ("DRAM rd sect", "dram_sectors_read"), ("DRAM wr sect", "dram_sectors_write"))
+                  ("L2 rd sect (tex)", "l2_sectors_read_tex"), ("tex hit sect", "l2_sectors_read_tex_hit"),
+                  ("L2 rd sect", "l2_sectors_read"), ("DRAM rd sect", "dram_sectors_read"),
+                  ("DRAM wr sect", "dram_sectors_write"), ("inst", "inst_executed"))
 
 # what the diff compares, with the label it prints
 DIFF_COLUMNS = (("us", "duration_us"), ("SM %", "sm_throughput_pct"), ("tensor %", "tensor_pipe_pct"),

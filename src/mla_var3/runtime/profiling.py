@@ -112,10 +112,17 @@ NCU_DETAIL_METRICS = {
     "smem_conflicts_ld": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", None),
     "smem_conflicts_st": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", None),
     "l2_sectors_read_tex": ("lts__t_sectors_srcunit_tex_op_read.sum", None),   # reads from the SMs' L1/TEX
+    # ... of which L2 hits (added 2026-12-02: a row block re-reading what its sibling CTA fetched
+    # hits L2; FlashMLA's h_q=128 call read each K/V sector from L2 once, ours 1.9 times)
+    "l2_sectors_read_tex_hit": ("lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum", None),
     "l2_sectors_read": ("lts__t_sectors_op_read.sum", None),                   # all L2 read sectors
     "dram_sectors_read": ("dram__sectors_read.sum", None),
     "dram_sectors_write": ("dram__sectors_write.sum", None),
+    # instructions issued over the whole launch (added 2026-12-02): at the power limit a call's time
+    # follows its energy, and instructions, L2 sectors and DRAM sectors are where it goes
+    "inst_executed": ("smsp__inst_executed.sum", None),
 }
+ADDED_DETAIL_COLUMNS = ("l2_sectors_read_tex_hit", "inst_executed")   # 2026-12-02: older captures lack them
 # one metric per stall reason: average warps stalled for that reason per issued instruction
 # (cycles / instruction; the reasons sum to about warp_cycles_per_issue)
 STALL_METRICS_REGEX = r"smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
