@@ -87,7 +87,8 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--where", help="with --grid: only the grid's problems for which this holds, e.g. "
                                     "\"s_q * h_q >= 128 and not varlen\" (problem fields, numbers, + - * // %%, "
                                     "comparisons, and/or/not)")
-    ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms)")
+    ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms); the energy per "
+                    "call (mJ) is read only from replays of about 300 ms or more (NVML's counter moves every ~100 ms)")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
     for kind in kinds:
         kind.add_cli_args(ap)
