@@ -306,7 +306,7 @@ from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
 from .lazy_rescale import exp_against_lazy_max, scale_rows_unless_one
-from .split_refill import SPLIT_CHUNK, load_part, load_part_pair
+from .split_refill import SPLIT_CHUNK, load_part
 from .unmasked_scores import scale_rowmax
 from .timeline_events import SCHEMA as TIMELINE
 
@@ -853,12 +853,9 @@ class FlashMlaDecodeKernel:
              g2s_cp: cute.TiledCopy, kv: cute.Tensor, sKp: cute.Tensor):
         """This warp's part of a tile: v27's loads alone (v31: part 1's last chunks by cp.async), or
         (pair) its share of the multicast boxes."""
-        if cutlass.const_expr(self.cluster_rows > 1):
-            load_part_pair(tma_k, tKgK, tKsK, full, ids, n_pages, stage, part, self.refill_warps, rank, N_CHUNKS,
-                           self.pages_per_tile, self.box_bytes)
-        else:
-            load_part(tma_k, tKgK, tKsK, full, ids, n_pages, stage, part, self.refill_warps, N_CHUNKS,
-                      self.pages_per_tile, self.box_bytes, g2s_cp, kv, sKp, self.async_chunks, self.page_size)
+        load_part(tma_k, tKgK, tKsK, full, ids, n_pages, stage, part, self.refill_warps, N_CHUNKS,
+                  self.pages_per_tile, self.box_bytes, g2s_cp, kv, sKp, self.async_chunks, self.page_size, rank,
+                  self.cluster_rows > 1)
 
     @cute.jit
     def release(self, bar, peer: cutlass.Int32):
