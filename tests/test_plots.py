@@ -293,6 +293,16 @@ def test_report_ratios_puts_kernels_side_by_side(tmp_path, capsys):
     assert rows[1].endswith("| - | - |")
 
 
+def _clocks_table(tmp_path, capsys, *records):
+    """`report --ratios --clocks` over these records (kernels k_new then k_old): its header and first row."""
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    return (next(line for line in out if line.startswith("| problem")),
+            next(line for line in out if line.startswith("| b=")))
+
+
 def test_report_ratios_clocks_separate_clock_from_cycles(tmp_path, capsys):
     """--ratios --clocks: each kernel's SM clock during its replays, and the ratio in cycles. A
     kernel 10% slower in time at a clock 10% lower took the same cycles: ratio 1.000."""
@@ -302,18 +312,11 @@ def test_report_ratios_clocks_separate_clock_from_cycles(tmp_path, capsys):
     slow["time_us"]["median"] = t_fast * 1.1
     fast["clocks_during"] = {"sm_mhz": 1800.0, "power_w": 650.0, "sm_mhz_samples": [1800.0]}
     slow["clocks_during"] = {"sm_mhz": 1800.0 / 1.1, "power_w": 690.0, "sm_mhz_samples": [1636.4]}
-    path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (fast, slow)))
-    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    head = next(line for line in out if line.startswith("| problem"))
+    head, row = _clocks_table(tmp_path, capsys, fast, slow)
     assert head.endswith("| k_new MHz | k_old MHz | k_old / k_new cycles | k_new mJ | k_old mJ | k_old / k_new energy |")
-    row = next(line for line in out if line.startswith("| b="))
     assert row.endswith("| 1.100 | 1800 | 1636 | 1.000 | - | - | - |")   # records from before mj_per_call
     del slow["clocks_during"]                     # an older record: no clock, no made-up cycle ratio
-    path.write_text("".join(json.dumps(r) + "\n" for r in (fast, slow)))
-    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| b="))
+    _, row = _clocks_table(tmp_path, capsys, fast, slow)
     assert row.endswith("| 1800 | - | - | - | - | - |")
 
 
@@ -327,16 +330,9 @@ def test_report_ratios_clocks_show_energy_per_call_and_its_ratio(tmp_path, capsy
                              "mj_per_call": 200.0, "power_w_energy": 688.5, "energy_replays": 10}
     peer["clocks_during"] = {"sm_mhz": 1650.0, "power_w": 690.0, "sm_mhz_samples": [1650.0],
                              "mj_per_call": 224.0, "power_w_energy": 689.9, "energy_replays": 10}
-    path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (ours, peer)))
-    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    head = next(line for line in out if line.startswith("| problem"))
+    head, row = _clocks_table(tmp_path, capsys, ours, peer)
     assert head.endswith("| k_new mJ | k_old mJ | k_old / k_new energy |")
-    row = next(line for line in out if line.startswith("| b="))
     assert row.endswith("| 1.000 | 1650 | 1650 | 1.000 | 200.0 | 224.0 | 1.120 |")
     del ours["clocks_during"]["mj_per_call"]      # the first kernel's record predates the field: no ratio
-    path.write_text("".join(json.dumps(r) + "\n" for r in (ours, peer)))
-    assert report.main(["--records", str(path), "--ratios", "--clocks", "--kernel", "k_new", "--kernel", "k_old"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| b="))
+    _, row = _clocks_table(tmp_path, capsys, ours, peer)
     assert row.endswith("| 1650 | 1650 | 1.000 | - | 224.0 | - |")
