@@ -5,8 +5,10 @@ Times one version at pages 16 and 64 on one problem twice each: with the harness
 a sequential one (sequence i's pages are cache pages i * max_blocks ... in order, so page 16's
 four pages of a tile are one contiguous 72 KB run, exactly page 64's memory layout). Same kernel,
 same bytes, same boxes: if page 16 with sequential pages runs at page 64's speed, the gap is the
-scatter (DRAM locality, address translation), not the box handling. All four timed interleaved
-(bench.bench_plans, the benchmark's protocol), printed with each plan's clock.
+scatter (DRAM locality, address translation), not the box handling. Each of the four is timed with
+the benchmark's protocol (bench.bench_plans: CUDA-graph replays) one after another, not
+interleaved with the others (bench_plans interleaves plans of one problem sharing one input set),
+and printed with the clock it ran at, so compare them through kcycles as well as time.
 
     python scripts/page_layout_probe.py flash_mla_decode_v30 --b=128 --s_q=1 --h_q=16 --seqlen=4096
 """
