@@ -266,10 +266,10 @@ def test_timeline_run_on_the_gpu(tmp_path, capsys):
 
 def test_the_instrumented_list_follows_the_plans():
     """The refusal's list is every registered version with a timeline build, in version order;
-    v22's and v25's persistent items have none, v31 (a copy of v30) has v30's."""
+    v22's and v25's persistent items have none, v31 and v32 (copies of v30) have v30's."""
     from mla_var3.cli.timeline import instrumented_versions
     names = instrumented_versions()
     assert names[:3] == ["flash_mla_decode_v4", "flash_mla_decode_v8", "flash_mla_decode_v9"]
     assert "flash_mla_decode_v22" not in names and "flash_mla_decode_v25" not in names
-    assert {"flash_mla_decode_v30", "flash_mla_decode_v31"} <= set(names)
+    assert {"flash_mla_decode_v30", "flash_mla_decode_v31", "flash_mla_decode_v32"} <= set(names)
     assert all(hasattr(registry.get_plan(n), "timeline_kernel") for n in names)

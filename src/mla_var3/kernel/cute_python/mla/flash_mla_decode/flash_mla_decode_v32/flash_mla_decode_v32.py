@@ -155,7 +155,6 @@ class FlashMlaDecodeV32(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
     summary = "CuTe DSL: v30 with the row-block pair launched as a cluster at page 64 too, co-scheduled, no multicast"
 
     def supports(self, problem) -> list[str]:
