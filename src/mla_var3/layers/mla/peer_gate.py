@@ -28,14 +28,9 @@ TOGETHER_S = 1800
 
 
 def _latest(recs: list[dict], kernel: str) -> dict[str, dict]:
-    """problem_key -> the latest bench record of `kernel`."""
-    out = {}
-    for r in recs:
-        if r.get("kind") == "bench" and r.get("kernel") == kernel:
-            key = r["problem_key"]
-            if key not in out or r.get("timestamp", "") >= out[key].get("timestamp", ""):
-                out[key] = r
-    return out
+    """problem_key -> the latest bench record of `kernel` (records.latest_records' choice)."""
+    from mla_var3.runtime import records
+    return {r["problem_key"]: r for r in records.latest_records(recs) if r["kernel"] == kernel and r["kind"] == "bench"}
 
 
 def _together(a: dict, b: dict) -> bool:
