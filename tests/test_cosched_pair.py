@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from compiled_sass import split_opcode_counts
+from compiled_sass import default_kernel, split_opcode_counts, stage_mlir
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import sass
 
@@ -44,18 +44,10 @@ def test_multicast_kv_must_be_a_bool():
         "multicast_kv must be True or False (whether a cluster's CTAs share each K/V tile), got 1"]
 
 
-def _split_mlir(version: str, problem) -> str:
-    from mla_var3.runtime import artifacts, registry
-    plan = registry.get_plan(version)
-    kern = plan.plan(problem.make_inputs(seed=0, device="cpu"), plan.default_tiling(problem))
-    split = next(s for s in kern.stages if s.name == "split")
-    text = artifacts.stage_artifacts(split, "sm_90a", mlir=True).files["mlir"]
-    return text.decode() if isinstance(text, bytes) else text
-
-
 def test_the_page_64_pair_launches_as_a_cluster_of_two():
     paired = MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlen=1024, page_size=64)
-    dims = lambda v: set(re.findall(r"cluster_dim = array<i64: ([0-9, ]+)>", _split_mlir(v, paired)))
+    dims = lambda v: set(re.findall(r"cluster_dim = array<i64: ([0-9, ]+)>",
+                                     stage_mlir(default_kernel(v, paired), "split")))
     assert dims("flash_mla_decode_v32") == {"2, 1, 1"}
     assert dims("flash_mla_decode_v30") == {"1, 1, 1"}
 
