@@ -1,4 +1,4 @@
-"""Combine kernel of flash_mla_decode_v33 (v17's): merges the splits of each sequence that has several,
+"""Combine kernel of flash_mla_decode_v33 (v17's; v33 launches it only when `fused_combine` is off): merges the splits of each sequence that has several,
 with `warps` warps per query row sharing the splits (v17; v2-v16: one warp per row).
 
 Why: v16's combine gave each query row one warp that walked the splits one after another, one

@@ -1,11 +1,22 @@
-"""flash_mla_decode_v33: v30's split kernel, with the row-block pair launched as a cluster even
-where it shares nothing (CuTe DSL, sm_90a).
+"""flash_mla_decode_v33: v32's split kernel, which now also merges the splits itself: the last split
+CTA of each (sequence, row block) combines that row block's partials (CuTe DSL, sm_90a).
 
 Check (GPU):        python -m mla_var3.kernel flash_mla_decode_v33 --check
-Benchmark (GPU):    ... flash_mla_decode_v33 --grid=bench --where "s_q * h_q >= 128" --compare=flash_mla_decode_v30,flashmla_decode
+Benchmark (GPU):    ... flash_mla_decode_v33 --grid=bench --where varlen --compare=flash_mla_decode_v32,flashmla_decode
 Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v33 --compile-only --arch=sm_90a
 The device functions are `split_order_kernel` (common/split_order.py), `flash_mla_decode_v33_kernel`
-(split) and `flash_mla_decode_v33_combine_kernel`.
+(split, with the merge when fused) and `flash_mla_decode_v33_combine_kernel` (only when not fused).
+
+v33's change from v32 (one mechanism: `fused_combine`, a compile-time constant of the split kernel).
+A sequence with several splits used to leave its partials for a combine kernel launched after the
+split kernel: a third kernel per ragged call (ncu, b=128 s_q=1 h_q=16 seqlen 1024 varlen: 5.9 us
+beside the split kernel's 55.9), with its own launch and its own DRAM round trips. With
+`fused_combine` each split CTA writes its partial as before, fences, and its math threads meet;
+one thread adds 1 to the row block's counter in the workspace (acq_rel, GPU scope); the CTA that
+sees n_splits - 1 is the last, fences (acquire), and merges every split's partial from L2 into out
+and lse, then sets the counter back to 0 (fused_combine.py). The partials are summed in split
+order whichever CTA is last, so reruns stay bit-identical. With `fused_combine` = False the split
+kernel is v32's, instruction for instruction (tests/test_fused_combine.py).
 
 v32's change from v30 (one mechanism: co-scheduled siblings, `multicast_kv`). With `cluster_rows`
 = 2 and `multicast_kv` = False the grid launches in clusters of two along the row blocks, as v29's
