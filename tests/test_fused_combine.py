@@ -28,16 +28,17 @@ def _v33():
     (MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=4096, varlen=True), True),
     (MlaDecodeProblem(b=16, s_q=1, h_q=128, seqlen=32768), True),                 # 8 splits
     (MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=32768), False),                  # 128 splits: the combine kernel
+    (MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096), False),                 # one split: nothing to merge
 ])
-def test_fused_up_to_eight_splits_and_the_combine_kernel_beyond(problem, fused):
+def test_fused_from_two_to_eight_splits(problem, fused):
     v33 = _v33()
     plan = v33.Plan()
     tiling = plan.default_tiling(problem)
     tiles = [-(-s // v33.TILE) for s in problem.resolve_seqlens(0)]
-    assert tiling.fused_combine == (max(-(-t // tiling.chunk) for t in tiles) <= v33.FUSED_UPTO_SPLITS) == fused
+    assert tiling.fused_combine == (1 < max(-(-t // tiling.chunk) for t in tiles) <= v33.FUSED_UPTO_SPLITS) == fused
     assert any(t.fused_combine != fused for t in plan.autotune_configs(problem))
     kern = plan._kernel(problem.s_q, problem.h_q, problem.page_size, tiling)
-    assert ("combine" in [s.name for s in kern.stages]) == (not fused)
+    assert ("combine" in [s.name for s in kern.stages]) == (not fused)     # (before the one-slot shortcut)
 
 
 def test_fused_combine_must_be_a_bool():

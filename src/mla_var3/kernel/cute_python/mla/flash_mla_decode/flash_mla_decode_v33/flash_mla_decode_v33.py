@@ -7,8 +7,9 @@ s_q=1 h_q=16 seqlen 1024 varlen (2026-12-02): order 5.1 us, split 55.9 us, combi
 the whole call 63.4 us in a CUDA graph against FlashMLA's 50.2. With `fused_combine` each split
 CTA of a sequence with several splits writes its partial as before, then arrives on a per-row-block
 counter; the CTA that arrives last reads every split's partial back from L2 and writes out and
-lse (fused_combine.py). The default is fused up to 8 splits per sequence (`default_fused_combine`);
-beyond, the combine kernel stays (b=1 at seqlen 32768 has 128 splits: one CTA would read 4 MB).
+lse (fused_combine.py). The default is fused from 2 up to 8 splits per sequence
+(`default_fused_combine`); beyond, the combine kernel stays (b=1 at seqlen 32768 has 128 splits:
+one CTA would read 4 MB); with one split there is nothing to merge and v32's kernel runs.
 
 v32's change (co-scheduled siblings at page 64, `multicast_kv`) and the rest are kept.
 
@@ -150,8 +151,10 @@ def default_refill_warps(page_size: int) -> int:
 
 def default_fused_combine(max_splits: int) -> bool:
     """v33: merge in the last split CTA while a row block has few splits (it reads them all from L2
-    alone, 32-128 KB per split); the combine kernel, which spreads the rows over many CTAs, beyond."""
-    return max_splits <= FUSED_UPTO_SPLITS
+    alone, 32-128 KB per split); the combine kernel, which spreads the rows over many CTAs, beyond.
+    One split per sequence: nothing to merge, v32's split kernel as it was (no combine launches
+    either way while the block table has one split slot)."""
+    return 1 < max_splits <= FUSED_UPTO_SPLITS
 
 
 def default_combine_warps(max_splits: int) -> int:
