@@ -174,7 +174,6 @@ class FlashMlaDecodeV33(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v32 with the combine folded into the split kernel (the last split CTA of a row block merges)"
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
