@@ -157,7 +157,6 @@ class FlashMlaDecodeV34(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v32 with the longest-first order computed by one warp (no CTA barrier)"
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows

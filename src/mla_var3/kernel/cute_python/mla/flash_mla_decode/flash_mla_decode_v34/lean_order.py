@@ -7,7 +7,7 @@ barriers in all; ncu on b=128 s_q=1 h_q=16 seqlen 1024 varlen (2026-12-02) puts 
 work (b <= 4096 lengths, a histogram of partial sizes). Here one warp does it with shuffles, a
 warp match and a shared-memory histogram; it writes the same order (common/split_order.py's
 `host_order`, ties among equal partial sizes in sequence order, which this kernel keeps exactly:
-tests/test_lean_order.py compares them on the GPU):
+tests/test_warp_order.py compares them on the GPU):
 1. the sequences in chunks of 32 (lane l: sequence 32 k + l): tiles n, full splits n // chunk and the
    partial's size n % chunk (an empty sequence: size 1); an inclusive warp scan of the full-split
    counts places each sequence's full splits, sequence by sequence, and the lane writes them; the

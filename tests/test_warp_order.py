@@ -1,6 +1,7 @@
-"""flash_mla_decode_v34 computes v14's longest-first split order with one warp (lean_order.py).
-CPU: the order kernel compiles to a 32-thread kernel with no CTA barrier (warp match, shuffles) and
-the split kernel is v32's instruction for instruction. GPU: the order equals the host mirror
+"""flash_mla_decode_v34 computes v14's longest-first split order with one warp (lean_order.py);
+v35 with the same warp's passes on lengths that 1024 threads prefetched into shared memory
+(prefetched_order.py). CPU: v34's order kernel has no CTA barrier, v35's two; both use a warp match
+and shuffles; the split kernel is v32's instruction for instruction. GPU: the order equals the host mirror
 (common/split_order.py `host_order`) entry for entry, ties among equal partial sizes included
 (v14's kernel placed those by shared-memory atomics, in any order), for ragged batches from 1 to
 4096 sequences, empty sequences and partial sizes past the histogram's cap."""
@@ -14,16 +15,12 @@ from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
-V34 = "flash_mla_decode_v34"
+BARRIERS = {"flash_mla_decode_v34": 0, "flash_mla_decode_v35": 2}     # CTA barriers in the order kernel
 
 
-def _v34():
-    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v34 import flash_mla_decode_v34
-    return flash_mla_decode_v34
-
-
-def _ragged_kernel(chunk=20):
-    plan = _v34().Plan()
+def _ragged_kernel(version):
+    from mla_var3.runtime import registry
+    plan = registry.get_plan(version)
     problem = MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=1024, varlen=True)
     tiling = plan.default_tiling(problem)
     assert tiling.order == "longest_first"
@@ -31,17 +28,19 @@ def _ragged_kernel(chunk=20):
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
-def test_the_order_kernel_is_one_warp_without_a_cta_barrier():
-    _, kern = _ragged_kernel()
+@pytest.mark.parametrize("version", list(BARRIERS))
+def test_the_order_kernel_has_its_barriers_and_the_warp_passes(version):
+    _, kern = _ragged_kernel(version)
     ops = collections.Counter(opcodes(stage_sass(kern, "order")))
-    assert not [op for op in ops if op.startswith("BAR")]
+    assert sum(n for op, n in ops.items() if op.startswith("BAR")) == BARRIERS[version]
     assert ops["MATCH.ANY"] >= 1
     assert sum(n for op, n in ops.items() if op.startswith("SHFL")) >= 10
 
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
-def test_the_split_kernel_is_v32s():
-    problem, kern = _ragged_kernel()
+@pytest.mark.parametrize("version", list(BARRIERS))
+def test_the_split_kernel_is_v32s(version):
+    problem, kern = _ragged_kernel(version)
     assert collections.Counter(opcodes(stage_sass(kern, "split"))) == split_opcode_counts("flash_mla_decode_v32",
                                                                                           problem)
 
@@ -63,16 +62,17 @@ CASES = {
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_order_equals_the_host_mirror_entry_for_entry(case):
+@pytest.mark.parametrize("version", list(BARRIERS))
+def test_the_order_equals_the_host_mirror_entry_for_entry(version, case):
     import torch
 
     from mla_var3.kernel.cute_python.common.split_order import host_order
     from mla_var3.runtime import devices, registry
-    plan = registry.get_plan(V34)
+    plan = registry.get_plan(version)
     if plan.unavailable():
-        pytest.skip(f"{V34}: {plan.unavailable()}")
+        pytest.skip(f"{version}: {plan.unavailable()}")
     if not devices.arch_supported(plan.arch, devices.current_device().arch):
-        pytest.skip(f"{V34} needs {plan.arch}")
+        pytest.skip(f"{version} needs {plan.arch}")
     lens, chunk = CASES[case]
     slots = -(-max(max(_tiles(lens)), 1) // chunk) + 1                # one slot more than needed: -1 entries
     problem = MlaDecodeProblem(b=len(lens), s_q=1, h_q=16, seqlens=tuple(lens))
