@@ -95,13 +95,8 @@ def test_without_fused_combine_the_split_kernel_is_v32s():
 
 # ---------------------------------------------------------------- GPU
 def _gpu_plan():
-    from mla_var3.runtime import devices, registry
-    plan = registry.get_plan(V33)
-    if plan.unavailable():
-        pytest.skip(f"{V33}: {plan.unavailable()}")
-    if not devices.arch_supported(plan.arch, devices.current_device().arch):
-        pytest.skip(f"{V33} needs {plan.arch}")
-    return plan
+    from gpu_helpers import runnable_plan
+    return runnable_plan(V33)
 
 
 @pytest.mark.gpu

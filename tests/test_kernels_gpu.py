@@ -3,6 +3,7 @@
 skipped with its reason."""
 import pytest
 
+from gpu_helpers import runnable_plan
 from graph_replay import replay_with_new_lengths
 from mla_var3.layers.mla import decode as mla
 from mla_var3.runtime import check, devices, registry
@@ -137,15 +138,6 @@ def test_autotune_rejects_wrong_answers_before_timing_and_isolates(tmp_path, mon
 NEWEST = [e.name for e in registry.newest_entries() if e.load().problem_kind is mla.MlaDecodeProblem]
 
 
-def _runnable(name):
-    plan = registry.get_plan(name)
-    if plan.unavailable():
-        pytest.skip(f"{name}: {plan.unavailable()}")
-    if not devices.arch_supported(plan.arch, devices.current_device().arch):
-        pytest.skip(f"{name} needs {plan.arch}")
-    return plan
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NEWEST)
 def test_compile_cache_keeps_shape_classes_tilings_and_options_apart(name, monkeypatch):
@@ -153,7 +145,7 @@ def test_compile_cache_keeps_shape_classes_tilings_and_options_apart(name, monke
     autotune tilings, then the same again with line info on (another compile option). A compile
     cache keyed too coarsely would hand one of them another's kernel and fail the comparison."""
     from mla_var3.runtime import cute_kernel
-    plan = _runnable(name)
+    plan = runnable_plan(name)
     problems = [mla.MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlen=700, varlen=True),
                 mla.MlaDecodeProblem(b=3, s_q=2, h_q=128, seqlen=1500, varlen=True)]
     failed = []
@@ -180,7 +172,7 @@ def test_same_inputs_give_bit_identical_outputs(name):
     longest-first order kernels of flash_mla_decode_v14+ use atomics only to place work items,
     which any CTA computes the same way), so any difference is a bug."""
     import torch
-    plan = _runnable(name)
+    plan = runnable_plan(name)
     problem = mla.MlaDecodeProblem(b=9, s_q=2, h_q=64, seqlen=3000, varlen=True)
     inputs = problem.make_inputs(seed=3, device="cuda")
     tiling = plan.Tiling(metadata="per_call") if plan.language == "peer" else None

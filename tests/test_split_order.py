@@ -96,25 +96,13 @@ def test_bad_orders_are_refused():
 @pytest.mark.gpu
 @pytest.mark.parametrize("lens", [[5000, 70, 129, 64 * 68, 0, 9000, 64 * 68 * 2 + 1, 640], "varlen"])
 def test_order_kernel_matches_the_host_mirror(lens):
-    import torch
-
-    from mla_var3.runtime import devices
-    if not devices.arch_supported(("sm_90a",), devices.current_device().arch):
-        pytest.skip("needs sm_90a")
+    from gpu_helpers import order_stage_output, runnable_plan
     order = _order_module()
     if lens == "varlen":
         lens = MlaDecodeProblem(b=128, s_q=1, h_q=64, seqlen=4096, varlen=True).resolve_seqlens(0)
     chunk = 68
     slots = -(-max(_tiles(lens)) // chunk) + 1                       # one slot more than needed: -1 entries
-    plan = _plan()
-    problem = MlaDecodeProblem(b=len(lens), s_q=1, h_q=16, seqlens=tuple(lens))
-    x = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(x, plan.Tiling(chunk=chunk, order="longest_first"))
-    ws = {"order": torch.full((len(lens), slots), -7, dtype=torch.int32, device="cuda")}
-    stage = next(s for s in kern.stages if s.name == "order")
-    stage.launch(x, None, ws)
-    torch.cuda.synchronize()
-    got = ws["order"].flatten().tolist()
+    got = order_stage_output(runnable_plan(V14), lens, chunk, slots)
     want = order.host_order(lens, chunk, slots)
     tiles = _tiles(lens)
     n_full = sum(n // chunk for n in tiles)

@@ -64,22 +64,9 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("version", list(BARRIERS))
 def test_the_order_equals_the_host_mirror_entry_for_entry(version, case):
-    import torch
-
+    from gpu_helpers import order_stage_output, runnable_plan
     from mla_var3.kernel.cute_python.common.split_order import host_order
-    from mla_var3.runtime import devices, registry
-    plan = registry.get_plan(version)
-    if plan.unavailable():
-        pytest.skip(f"{version}: {plan.unavailable()}")
-    if not devices.arch_supported(plan.arch, devices.current_device().arch):
-        pytest.skip(f"{version} needs {plan.arch}")
+    plan = runnable_plan(version)
     lens, chunk = CASES[case]
     slots = -(-max(max(_tiles(lens)), 1) // chunk) + 1                # one slot more than needed: -1 entries
-    problem = MlaDecodeProblem(b=len(lens), s_q=1, h_q=16, seqlens=tuple(lens))
-    x = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(x, plan.Tiling(chunk=chunk, order="longest_first"))
-    ws = {"order": torch.full((len(lens), slots), -7, dtype=torch.int32, device="cuda")}
-    stage = next(s for s in kern.stages if s.name == "order")
-    stage.launch(x, None, ws)
-    torch.cuda.synchronize()
-    assert ws["order"].flatten().tolist() == host_order(lens, chunk, slots)
+    assert order_stage_output(plan, lens, chunk, slots) == host_order(lens, chunk, slots)

@@ -46,9 +46,10 @@ def package_versions() -> dict:
 
 
 def git_commit() -> str | None:
-    """The commit of the checkout the run was started in: MLA_VAR3_COMMIT (set for device runs,
-    whose copy has no .git), else `git rev-parse` in the current directory with '+dirty' when the
-    tree has changes; None outside a git checkout (an installed package has no commit)."""
+    """The commit of the checkout the run was started in: MLA_VAR3_COMMIT (set it, as a literal
+    hash, for device runs: the device's copy may carry an older .git under the current working
+    tree, so `git rev-parse` there names a stale commit, with '+dirty'), else `git rev-parse` in the
+    current directory with '+dirty' when the tree has changes; None outside a git checkout."""
     env = os.environ.get("MLA_VAR3_COMMIT")
     if env:
         return env
