@@ -83,7 +83,8 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                     help="with --autotune: run the trials in this process (compiles shared across problems of one "
                          "shape; a hung config hangs the run) instead of one process per trial under a timeout")
     ap.add_argument("--tiling", help="key=value,... fields of the first kernel's Tiling (e.g. chunk=16); "
-                                     "wins over --autotune and cached winners")
+                                     "wins over --autotune and cached winners; +key=value,... sets the fields over "
+                                     "each problem's own tiling (its tuned winner, else its default)")
     ap.add_argument("--where", help="with --grid: only the grid's problems for which this holds, e.g. "
                                     "\"s_q * h_q >= 128 and not varlen\" (problem fields, numbers, + - * // %%, "
                                     "comparisons, and/or/not)")
@@ -210,6 +211,7 @@ def with_tune_configs(plan, problems):
 
 
 def cmd_compile_only(names, problems, args, kind) -> int:
+    from mla_var3.cli.tiling import is_override
     from mla_var3.runtime import aot_cache, devices, registry
     devices.check_arch_name(args.arch)
     problems = problems or kind.grid(args.grid or "check")
@@ -220,9 +222,13 @@ def cmd_compile_only(names, problems, args, kind) -> int:
             print(f"{name}: skipped, built for {','.join(plan.arch)} not {args.arch}")
             wrong_arch.append(name)
             continue
-        forced = user_tiling(args, plan, names)
+        override = is_override(args.tiling) and name == names[0]
+        forced = None if override else user_tiling(args, plan, names)
         if args.autotune:               # every config a later --autotune of these problems builds
             builds = with_tune_configs(plan, problems)
+        elif override:                  # --tiling +...: each problem's default tiling with those fields
+            builds = ((p, None if plan.supports(p) else user_tiling(args, plan, names, p))   # (no GPU: no
+                      for p in compile_problems(plan, problems))                            # tuned winner)
         elif forced is not None:        # --tiling: that build, once per static shape
             builds = ((p, forced) for p in compile_shapes(problems))
         else:                           # with the AOT cache every build a run needs, else one per static shape
@@ -266,12 +272,21 @@ def pick_device(args, plan) -> str:
                       f"use --compile-only --arch=sm_90a here")
 
 
-def user_tiling(args, plan, names):
-    """The --tiling of the first kernel (None for the others and without the flag)."""
+def user_tiling(args, plan, names, problem=None, device=None):
+    """The --tiling of the first kernel (None for the others and without the flag). With
+    `+key=value,...` the fields go over `problem`'s own tiling (its tuned winner on `device`,
+    else the plan's default for it); without a problem that form is refused in one line."""
     if not args.tiling or plan.name != names[0]:
         return None
-    from mla_var3.cli.tiling import parse_tiling
-    return parse_tiling(plan, args.tiling)
+    from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
+    if not is_override(args.tiling):
+        return parse_tiling(plan, args.tiling)
+    if problem is None:
+        raise UsageError(f"--tiling {args.tiling}: the '+' form (over each problem's own tiling) works with a "
+                         f"benchmark or --compile-only; give the whole tiling (key=value,...) here")
+    from mla_var3 import jobs
+    base = (jobs.choose_tiling(plan, problem, device) if device is not None else None) or plan.default_tiling(problem)
+    return override_tiling(plan, base, args.tiling)
 
 
 def cmd_check(names, problems, args, kind) -> int:
@@ -327,7 +342,7 @@ def cmd_bench(names, problems, args, kind) -> int:
         # every plan of this problem timed in turn (one clock and power history for all of them)
         timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
                                    isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
-                                   tilings=[user_tiling(args, p, names) for p in plans]) if plans else []
+                                   tilings=[user_tiling(args, p, names, problem, device) for p in plans]) if plans else []
         for rec in timed:
             records.append(rec, args.records)
             recs.append(rec)
@@ -417,9 +432,13 @@ def run(argv: list[str]) -> int:
         problems = filter_grid(kind.grid(args.grid), args.where, args.grid)
     names = kernel_names(args, kind)
     if args.tiling:
-        from mla_var3.cli.tiling import parse_tiling
+        from mla_var3.cli.tiling import is_override, parse_fields, parse_tiling
         from mla_var3.runtime import registry
-        parse_tiling(registry.get_plan(names[0]), args.tiling)      # a bad --tiling fails before any work
+        first = registry.get_plan(names[0])
+        if is_override(args.tiling):                                  # a bad --tiling fails before any work
+            parse_fields(first, args.tiling.lstrip()[1:])
+        else:
+            parse_tiling(first, args.tiling)
     if args.lineinfo:
         from mla_var3.runtime import cute_kernel
         cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes

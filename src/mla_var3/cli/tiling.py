@@ -3,6 +3,10 @@
 The text names fields of the version's Tiling dataclass; values are converted to each field's
 type (int, float, bool, str). Unknown fields and bad values are one-line errors naming the field
 and listing what the version has; the Tiling's own `validate` still runs when the plan builds.
+`key=value,...` sets those fields over the dataclass defaults (one tiling for every problem);
+`+key=value,...` sets them over each problem's own tiling (its tuned winner, else the plan's
+default for that problem), e.g. `--grid=bench --tiling +schedule=per_step` changes one knob and
+keeps each cell's split length.
 """
 from __future__ import annotations
 
@@ -26,8 +30,23 @@ def _convert(name: str, text: str, typ):
     return text
 
 
+def is_override(text: str | None) -> bool:
+    """`+key=value,...`: fields over each problem's own tiling, not over the dataclass defaults."""
+    return bool(text) and text.lstrip().startswith("+")
+
+
 def parse_tiling(plan, text: str):
     """The plan's Tiling with the fields given as `key=value,...` (the rest at their defaults)."""
+    return plan.Tiling(**parse_fields(plan, text))
+
+
+def override_tiling(plan, base, text: str):
+    """`base` (a problem's own tiling) with the fields of `+key=value,...` replaced."""
+    return dataclasses.replace(base, **parse_fields(plan, text.lstrip()[1:]))
+
+
+def parse_fields(plan, text: str) -> dict:
+    """{field: value} of `key=value,...`, converted to the fields' types; one-line errors."""
     cls = plan.Tiling
     hints = typing.get_type_hints(cls)
     fields = {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls)}
@@ -45,4 +64,4 @@ def parse_tiling(plan, text: str):
             raise UsageError(f"--tiling: {key}={val!r} is not a valid {getattr(fields[key], '__name__', fields[key])}") from None
     if not values:
         raise UsageError(f"--tiling: expected key=value pairs, got {text!r}")
-    return cls(**values)
+    return values

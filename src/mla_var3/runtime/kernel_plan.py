@@ -167,10 +167,10 @@ class KernelPlan:
         """Return the runtime kernel (its stages and workspace) for validated inputs."""
         raise NotImplementedError
 
-    def runtime(self, tiling, *stages, workspace=None) -> "RuntimeKernel":
-        """Shorthand for plans: RuntimeKernel(self, tiling, [stages...], workspace=...)."""
+    def runtime(self, tiling, *stages, workspace=None, prepare_stages=()) -> "RuntimeKernel":
+        """Shorthand for plans: RuntimeKernel(self, tiling, [stages...], workspace=..., prepare_stages=...)."""
         from mla_var3.runtime.runtime_kernel import RuntimeKernel
-        return RuntimeKernel(self, tiling, list(stages), workspace=workspace)
+        return RuntimeKernel(self, tiling, list(stages), workspace=workspace, prepare_stages=list(prepare_stages))
 
     def compile_only(self, problem, arch: str, tiling=None) -> dict:
         """Compile every stage for `arch` without a GPU; returns facts about the artifacts.

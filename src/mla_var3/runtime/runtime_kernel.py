@@ -7,6 +7,10 @@ stream. Buffers the stages share (partials, schedule) form the `Workspace`: `pre
 allocates it once per shape, outside any timed region, sized for the worst case of that shape.
 Anything that depends on the *values* of the inputs (lengths) must be computed on the device by
 a stage into those fixed buffers, so a CUDA graph replayed with new values stays correct.
+A plan may instead declare `prepare_stages`: launched by `prepare` into the fresh workspace, once
+per prepared set of inputs, outside the call - what FlashMLA's per-step metadata is (made once
+for a decode step's lengths, reused by every layer's call). Their results hold only for the
+values they were prepared with; a graph replayed with new values must re-run `prepare` in it.
 
 Outputs: a stage writes the harness's output buffers in place and returns None - except a stage
 that calls an outside library whose API allocates its outputs itself (a peer, FlashMLA): its
@@ -56,22 +60,27 @@ class RuntimeKernel:
                                           the outputs a stage returned, else the (written) buffers
     """
 
-    def __init__(self, plan, tiling, stages: list[Stage], *, workspace: Callable | None = None, problem=None):
+    def __init__(self, plan, tiling, stages: list[Stage], *, workspace: Callable | None = None, problem=None,
+                 prepare_stages: list[Stage] = ()):
         if not stages:
             raise PlanError(f"{getattr(plan, 'name', 'kernel')}: a runtime kernel needs at least one stage")
-        names = [s.name for s in stages]
+        names = [s.name for s in [*prepare_stages, *stages]]
         if len(set(names)) != len(names):
             raise PlanError(f"stages: names must be unique within a call, got {names}")
         self.plan, self.tiling, self.stages = plan, tiling, list(stages)
+        self.prepare_stages = list(prepare_stages)      # run by prepare(), not by launch()
         self.workspace_fn = workspace
         self.problem = problem            # the problem it was built for (set by KernelPlan.build)
 
     def compile(self) -> None:
-        for stage in self.stages:
+        for stage in [*self.prepare_stages, *self.stages]:
             stage.compile()
 
     def prepare(self, inputs) -> Workspace:
-        return Workspace(self.workspace_fn(inputs) if self.workspace_fn is not None else {})
+        ws = Workspace(self.workspace_fn(inputs) if self.workspace_fn is not None else {})
+        for stage in self.prepare_stages:        # once per prepared inputs, outside the call
+            stage.launch(inputs, None, ws)
+        return ws
 
     def launch(self, inputs, outputs: tuple, workspace: Workspace) -> tuple | None:
         result = None
@@ -94,4 +103,6 @@ class RuntimeKernel:
         return result
 
     def describe(self) -> dict:
-        return {**self.plan.describe(), "tiling": self.tiling.key(), "stages": [s.describe() for s in self.stages]}
+        prepared = {"prepare_stages": [s.describe() for s in self.prepare_stages]} if self.prepare_stages else {}
+        return {**self.plan.describe(), "tiling": self.tiling.key(), "stages": [s.describe() for s in self.stages],
+                **prepared}
