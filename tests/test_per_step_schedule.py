@@ -114,6 +114,34 @@ def test_tiling_plus_form_sets_fields_over_each_problems_own_tiling():
     assert got.order == "longest_first" and got.chunk == plan.default_tiling(RAGGED).chunk
     plain = user_tiling(argparse.Namespace(tiling="schedule=per_step"), plan, names, RAGGED)
     assert plain == plan.Tiling(schedule="per_step") and plain.order == "grid"
-    with pytest.raises(UsageError, match=r"the '\+' form .* give the whole tiling"):
+    with pytest.raises(UsageError, match=r"the '\+' form .* needs a problem; give the whole tiling"):
         user_tiling(args, plan, names)
     assert user_tiling(args, registry.get_plan("flash_mla_decode_v32"), names, RAGGED) is None   # not the first
+
+
+def test_check_takes_a_tiling_per_problem_for_the_plus_form():
+    """--check --tiling +schedule=per_step: check_plan asks the rule for each problem's tiling and
+    the record names the rule (not one tiling)."""
+    import argparse
+
+    from mla_var3 import jobs
+    from mla_var3.cli.kernel import check_tiling
+    from mla_var3.runtime import check, registry
+    plan = registry.get_plan("flash_mla_decode_v36")
+    rule = check_tiling(argparse.Namespace(tiling="+schedule=per_step"), plan, [plan.name])
+    assert rule(RAGGED) == dataclasses.replace(plan.default_tiling(RAGGED), schedule="per_step")
+    seen = []
+
+    def fake_check_one(plan, problem, *, seed, dist, device, tiling):
+        seen.append((problem.key(), tiling.schedule, tiling.chunk))
+        return check.CheckOutcome(problem.key(), seed, dist, "pass", "", {})
+    problems = [RAGGED, MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=300, varlen=True)]
+    original = check.check_one
+    check.check_one = fake_check_one
+    try:
+        rec, _ = jobs.check_record(plan, problems, seeds=(0,), extra_seeds=(), grid="custom", tiling=rule)
+    finally:
+        check.check_one = original
+    assert {(k, s) for k, s, _ in seen} == {(p.key(), "per_step") for p in problems}
+    assert {c for k, _, c in seen} == {plan.default_tiling(p).chunk for p in problems}
+    assert rec["tiling"] == {} and rec["tiling_rule"] == "each problem's default tiling with schedule=per_step"

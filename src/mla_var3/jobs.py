@@ -56,16 +56,19 @@ def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.
 def check_record(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = "cuda",
                  grid: str | None = None, on_result=None, tiling=None) -> tuple[dict, list]:
     """Check one plan on `problems` (a named `grid`, or one problem); returns (record, outcomes).
-    The record passes when nothing failed; skipped problems are counted, not hidden."""
+    The record passes when nothing failed; skipped problems are counted, not hidden. `tiling` may
+    be a callable problem -> Tiling (check.check_plan); the record then names `tiling_rule`."""
     results = check.check_plan(plan, problems, seeds=seeds, extra_seeds=extra_seeds, device=device,
                                on_result=on_result, tiling=tiling)
     n_fail = sum(r.status == "fail" for r in results)
     n_skip = sum(r.status == "skip" for r in results)
     single = grid is None and len(problems) == 1
-    rec = records.make_record("check", plan, tiling, problems[0] if single else None,
+    per_problem = callable(tiling)
+    rec = records.make_record("check", plan, None if per_problem else tiling, problems[0] if single else None,
                               grid=None if single else (grid or "custom"), passed=n_fail == 0,
                               seeds=list(seeds), device=device,
                               errors={"failed": n_fail, "skipped": n_skip, "total": len(results)},
-                              problems=[p.key() for p in problems], cases=[r.to_dict() for r in results])
+                              problems=[p.key() for p in problems], cases=[r.to_dict() for r in results],
+                              **({"tiling_rule": getattr(tiling, "rule", repr(tiling))} if per_problem else {}))
     records.validate_record(rec)
     return rec, results

@@ -282,11 +282,31 @@ def user_tiling(args, plan, names, problem=None, device=None):
     if not is_override(args.tiling):
         return parse_tiling(plan, args.tiling)
     if problem is None:
-        raise UsageError(f"--tiling {args.tiling}: the '+' form (over each problem's own tiling) works with a "
-                         f"benchmark or --compile-only; give the whole tiling (key=value,...) here")
+        raise UsageError(f"--tiling {args.tiling}: the '+' form (over each problem's own tiling) needs a "
+                         f"problem; give the whole tiling (key=value,...) here")
     from mla_var3 import jobs
     base = (jobs.choose_tiling(plan, problem, device) if device is not None else None) or plan.default_tiling(problem)
     return override_tiling(plan, base, args.tiling)
+
+
+class _OverEachDefault:
+    """--check --tiling +key=value: each problem's default tiling with those fields (callable per
+    problem; `rule` is what the check record keeps)."""
+
+    def __init__(self, args, plan, names):
+        self.args, self.plan, self.names = args, plan, names
+        self.rule = f"each problem's default tiling with {args.tiling.lstrip()[1:]}"
+
+    def __call__(self, problem):
+        return user_tiling(self.args, self.plan, self.names, problem)
+
+
+def check_tiling(args, plan, names):
+    """What --check runs: --tiling's one tiling, a per-problem rule for its '+' form, or None."""
+    from mla_var3.cli.tiling import is_override
+    if is_override(args.tiling) and plan.name == names[0]:
+        return _OverEachDefault(args, plan, names)
+    return user_tiling(args, plan, names)
 
 
 def cmd_check(names, problems, args, kind) -> int:
@@ -310,7 +330,7 @@ def cmd_check(names, problems, args, kind) -> int:
                   + (f"  <- {res.reason}" if res.status == "fail" else ""))
         t0 = time.perf_counter()
         rec, results = jobs.check_record(plan, problems, seeds=seeds, extra_seeds=(args.seed,), device=device,
-                                         tiling=user_tiling(args, plan, names),
+                                         tiling=check_tiling(args, plan, names),
                                          grid=grid, on_result=show)
         records.append(rec, args.records)
         out.append(rec)

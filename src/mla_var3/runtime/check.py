@@ -47,7 +47,9 @@ def check_one(plan, problem, *, seed: int = 0, dist: str = "default", device: st
 def check_plan(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = "cuda", tiling=None,
                on_result=None) -> list[CheckOutcome]:
     """Every problem x seed of the default distribution, plus `extra_seeds` of every other
-    distribution the problem kind names. `on_result(problem, outcome)` sees each as it lands."""
+    distribution the problem kind names. `on_result(problem, outcome)` sees each as it lands.
+    `tiling`: one Tiling for every problem, None (each problem's default), or a callable
+    problem -> Tiling (a tiling per problem, e.g. the CLI's `--tiling +key=value`)."""
     results = []
 
     def emit(problem, outcome):
@@ -62,5 +64,6 @@ def check_plan(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = 
             continue
         for dist in problem.dists:
             for seed in (seeds if dist == problem.dists[0] else extra_seeds):
-                emit(problem, check_one(plan, problem, seed=seed, dist=dist, device=device, tiling=tiling))
+                own = tiling(problem) if callable(tiling) else tiling
+                emit(problem, check_one(plan, problem, seed=seed, dist=dist, device=device, tiling=own))
     return results
