@@ -119,7 +119,7 @@ def test_tiling_plus_form_sets_fields_over_each_problems_own_tiling():
     assert user_tiling(args, registry.get_plan("flash_mla_decode_v32"), names, RAGGED) is None   # not the first
 
 
-def test_check_takes_a_tiling_per_problem_for_the_plus_form():
+def test_check_takes_a_tiling_per_problem_for_the_plus_form(monkeypatch):
     """--check --tiling +schedule=per_step: check_plan asks the rule for each problem's tiling and
     the record names the rule (not one tiling)."""
     import argparse
@@ -136,12 +136,8 @@ def test_check_takes_a_tiling_per_problem_for_the_plus_form():
         seen.append((problem.key(), tiling.schedule, tiling.chunk))
         return check.CheckOutcome(problem.key(), seed, dist, "pass", "", {})
     problems = [RAGGED, MlaDecodeProblem(b=4, s_q=1, h_q=16, seqlen=300, varlen=True)]
-    original = check.check_one
-    check.check_one = fake_check_one
-    try:
-        rec, _ = jobs.check_record(plan, problems, seeds=(0,), extra_seeds=(), grid="custom", tiling=rule)
-    finally:
-        check.check_one = original
+    monkeypatch.setattr(check, "check_one", fake_check_one)
+    rec, _ = jobs.check_record(plan, problems, seeds=(0,), extra_seeds=(), grid="custom", tiling=rule)
     assert {(k, s) for k, s, _ in seen} == {(p.key(), "per_step") for p in problems}
     assert {c for k, _, c in seen} == {plan.default_tiling(p).chunk for p in problems}
     assert rec["tiling"] == {} and rec["tiling_rule"] == "each problem's default tiling with schedule=per_step"

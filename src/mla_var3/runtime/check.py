@@ -62,8 +62,8 @@ def check_plan(plan, problems, *, seeds=(0, 1), extra_seeds=(0,), device: str = 
         if reasons:
             emit(problem, CheckOutcome(problem.key(), None, "-", "skip", "; ".join(reasons)))
             continue
+        own = tiling(problem) if callable(tiling) else tiling
         for dist in problem.dists:
             for seed in (seeds if dist == problem.dists[0] else extra_seeds):
-                own = tiling(problem) if callable(tiling) else tiling
                 emit(problem, check_one(plan, problem, seed=seed, dist=dist, device=device, tiling=own))
     return results
