@@ -452,13 +452,9 @@ def run(argv: list[str]) -> int:
         problems = filter_grid(kind.grid(args.grid), args.where, args.grid)
     names = kernel_names(args, kind)
     if args.tiling:
-        from mla_var3.cli.tiling import is_override, parse_fields, parse_tiling
+        from mla_var3.cli.tiling import given_fields
         from mla_var3.runtime import registry
-        first = registry.get_plan(names[0])
-        if is_override(args.tiling):                                  # a bad --tiling fails before any work
-            parse_fields(first, args.tiling.lstrip()[1:])
-        else:
-            parse_tiling(first, args.tiling)
+        given_fields(registry.get_plan(names[0]), args.tiling)       # a bad --tiling fails before any work
     if args.lineinfo:
         from mla_var3.runtime import cute_kernel
         cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes

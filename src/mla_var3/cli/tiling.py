@@ -42,7 +42,12 @@ def parse_tiling(plan, text: str):
 
 def override_tiling(plan, base, text: str):
     """`base` (a problem's own tiling) with the fields of `+key=value,...` replaced."""
-    return dataclasses.replace(base, **parse_fields(plan, text.lstrip()[1:]))
+    return dataclasses.replace(base, **given_fields(plan, text))
+
+
+def given_fields(plan, text: str) -> dict:
+    """The fields `--tiling` names, in either form (`key=value,...` or `+key=value,...`)."""
+    return parse_fields(plan, text.lstrip()[1:] if is_override(text) else text)
 
 
 def parse_fields(plan, text: str) -> dict:
