@@ -164,7 +164,6 @@ class FlashMlaDecodeV36(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v32 with the order made per call or once per step (schedule knob, as FlashMLA's metadata)"
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
