@@ -1,0 +1,208 @@
+"""The work-descriptor kernel of flash_mla_decode_v38: v14's longest-first split order
+(common/split_order.py, unchanged as phase 1), then each CTA's whole prologue input in one 64-byte row.
+
+v32's split CTA started with a chain of dependent global loads: its order entry, then its
+sequence's length (to know its tile range and whether it runs at all), then the page ids of its
+first two tiles, and only then the Q and K/V TMA loads. Under a full memory system each link costs
+a loaded round trip (v32's timeline: 1.7 us from the CTA's start until its first tiles are issued,
+2.4 us until Q lands). This kernel writes, for the p-th CTA in launch order, the row
+work[p] = (item, seqlen, the page ids of the item's first tile, those of its second tile, 0 ...):
+WORK_INTS int32, so the split CTA issues all its loads of the row at once and its Q and first tiles
+after one round trip.
+- phase 1 (v14's): the order, as items z * slots + y (-1 for an idle slot), into work[p, 0];
+- phase 2, after a CTA barrier (global writes of a block are visible to the block after it): each
+  thread takes slots p = tid, tid + 1024, ...: reads the item back, its sequence's length and the
+  page ids of its first two tiles (only pages that hold keys: the block table holds poison past a
+  sequence), and writes them beside it. An idle slot gets length 0.
+One CTA of 1024 threads; b <= 4096 (checked on the host).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.memory import SmemAllocator
+
+TILE = 64
+THREADS = 1024
+PER_THREAD = 4
+WORK_INTS = 16                  # int32 per work row (64 bytes): item, seqlen, 4 + 4 page ids, padding
+TILE_IDS = 4                    # page ids per tile in a row (64 // 16: the smallest page)
+MAX_B = THREADS * PER_THREAD
+SIZES = THREADS                 # counting-sort keys: partial sizes 1 .. SIZES - 1 (larger ones share the top key)
+I32 = cutlass.Int32
+
+
+@cute.jit
+def tile_pages(tile: cutlass.Int32, seqlen: cutlass.Int32, pages_per_tile: cutlass.Constexpr[int],
+               page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
+    """How many of tile `tile`'s pages hold keys (common/paged_kv.read_page_ids's count)."""
+    return cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+
+
+class WorkOrderKernel:
+    """Constexpr config: `chunk`, the KV tiles per split (the split kernel's), and the cache's page size."""
+
+    def __init__(self, chunk: int, page_size: int):
+        if chunk < 1:
+            raise ValueError(f"chunk: expected >= 1 KV tiles per split, got {chunk}")
+        if page_size not in (16, 32, 64):
+            raise ValueError(f"page_size: expected 16, 32 or 64, got {page_size}")
+        self.chunk = chunk
+        self.page_size = page_size
+        self.pages_per_tile = TILE // page_size
+
+    @cute.jit
+    def __call__(self, seqlens: cute.Tensor, block_table: cute.Tensor, work: cute.Tensor, stream):
+        @cute.struct
+        class Storage:
+            full_scan: cute.struct.MemRange[I32, THREADS]
+            size_scan: cute.struct.MemRange[I32, SIZES]
+            cursor: cute.struct.MemRange[I32, SIZES]
+
+        self.storage = Storage
+        self.work_order_kernel(seqlens, block_table, work).launch(
+            grid=(1, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @cute.kernel
+    def work_order_kernel(self, seqlens: cute.Tensor, block_table: cute.Tensor, work: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        b = seqlens.shape[0]
+        slots = work.shape[1]
+        st = SmemAllocator().allocate(self.storage)
+        full_scan = st.full_scan.get_tensor(cute.make_layout(THREADS))
+        size_scan = st.size_scan.get_tensor(cute.make_layout(SIZES))
+        cursor = st.cursor.get_tensor(cute.make_layout(SIZES))
+
+        size_scan[tidx] = 0
+        cursor[tidx] = 0
+        cute.arch.sync_threads()
+
+        # ---- this thread's sequences: full splits, and the size of the partial last split
+        first = tidx * PER_THREAD
+        n_full = cute.make_rmem_tensor((PER_THREAD,), I32)
+        rest = cute.make_rmem_tensor((PER_THREAD,), I32)
+        my_full = I32(0)
+        for k in cutlass.range_constexpr(PER_THREAD):
+            n_full[k] = 0
+            rest[k] = 0
+            if first + k < b:
+                n = (seqlens[first + k] + TILE - 1) // TILE
+                n_full[k] = n // self.chunk
+                rest[k] = n - n_full[k] * self.chunk
+                if n == 0:
+                    rest[k] = -1     # an empty sequence still has its one split (it writes the zero output)
+                if rest[k] != 0:     # key: larger splits first; an empty split sorts with size 1
+                    cute.arch.atomic_add(st.size_scan.data_ptr() + (SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)),
+                                         I32(1), scope="cta")
+            my_full += n_full[k]
+        full_scan[tidx] = my_full
+        cute.arch.sync_threads()
+
+        # ---- inclusive scans of the full-split counts (by thread) and of the size histogram (by key)
+        d = 1
+        for _ in cutlass.range_constexpr(10):            # 2^10 = THREADS = SIZES
+            f = full_scan[tidx]
+            s = size_scan[tidx]
+            if tidx >= d:
+                f += full_scan[tidx - d]
+                s += size_scan[tidx - d]
+            cute.arch.sync_threads()
+            full_scan[tidx] = f
+            size_scan[tidx] = s
+            cute.arch.sync_threads()
+            d *= 2
+        n_full_all = full_scan[THREADS - 1]
+        n_partial = size_scan[SIZES - 1]
+
+        # ---- write: full splits, partial splits by decreasing size, then -1 for the idle slots
+        pos_full = full_scan[tidx] - my_full
+        for k in cutlass.range_constexpr(PER_THREAD):
+            i = first + k
+            if i < b:
+                for s in cutlass.range(0, n_full[k], 1, unroll=1):
+                    p = pos_full + s
+                    work[p // slots, p % slots, 0] = i * slots + s
+                pos_full += n_full[k]
+                if rest[k] != 0:
+                    key = SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)
+                    # key >= 1: the splits of larger keys (smaller sizes) start after size_scan[key - 1]
+                    p = n_full_all + size_scan[key - 1] + cute.arch.atomic_add(st.cursor.data_ptr() + key, I32(1),
+                                                                               scope="cta")
+                    work[p // slots, p % slots, 0] = i * slots + n_full[k]
+        for p in cutlass.range(n_full_all + n_partial + tidx, b * slots, THREADS, unroll=1):
+            work[p // slots, p % slots, 0] = -1
+        cute.arch.sync_threads()
+
+        # ---- phase 2: each slot's length and first two tiles' page ids beside its item
+        for p in cutlass.range(tidx, b * slots, THREADS, unroll=1):
+            item = work[p // slots, p % slots, 0]
+            seqlen = I32(0)
+            ids = cute.make_rmem_tensor((2 * TILE_IDS,), I32)
+            for j in cutlass.range_constexpr(2 * TILE_IDS):
+                ids[j] = 0
+            if item >= 0:
+                i = item // slots
+                seqlen = seqlens[i]
+                n_tiles = (seqlen + TILE - 1) // TILE
+                t_begin = (item % slots) * self.chunk
+                t_end = cutlass.min(n_tiles, t_begin + self.chunk)
+                for f in cutlass.range_constexpr(2):
+                    t = t_begin + f
+                    if t < t_end:
+                        n_pages = tile_pages(t, seqlen, self.pages_per_tile, self.page_size)
+                        for j in cutlass.range_constexpr(self.pages_per_tile):
+                            if j < n_pages:
+                                ids[f * TILE_IDS + j] = block_table[i, t * self.pages_per_tile + j]
+            work[p // slots, p % slots, 1] = seqlen
+            for j in cutlass.range_constexpr(2 * TILE_IDS):
+                work[p // slots, p % slots, 2 + j] = ids[j]
+
+
+def fake_arguments(k: WorkOrderKernel) -> tuple:
+    """Fake tensors in __call__'s order: seqlens [b] i32, block_table [b, max_blocks] i32,
+    work [b, slots, WORK_INTS] i32."""
+    b = cute.sym_int(symbol="b")
+    max_blocks = cute.sym_int(symbol="max_blocks")
+    slots = cute.sym_int(symbol="split_slots")
+    seqlens = make_fake_compact_tensor(I32, (b,), assumed_align=4)
+    block_table = make_fake_compact_tensor(I32, (b, max_blocks), stride_order=(1, 0), assumed_align=4)
+    work = make_fake_compact_tensor(I32, (b, slots, WORK_INTS), stride_order=(2, 1, 0), assumed_align=16)
+    return seqlens, block_table, work, make_fake_stream(use_tvm_ffi_env_stream=True)
+
+
+def launch_arguments(cache_seqlens, block_table, ws) -> tuple:
+    if cache_seqlens.shape[0] > MAX_B:
+        raise ValueError(f"cache_seqlens: the work-order kernel takes b <= {MAX_B}, got {cache_seqlens.shape[0]}")
+    return cache_seqlens, block_table, ws["work"]
+
+
+def host_order(lens: list[int], chunk: int, slots: int) -> list[int]:
+    """The order in plain Python, as the kernel builds it (ties among equal partial sizes in
+    sequence order here; the kernel's atomics may order them differently)."""
+    n = [-(-s // TILE) for s in lens]
+    full = [(i * slots + s) for i, k in enumerate(n) for s in range(k // chunk)]
+    partial = sorted(((min(max(k % chunk, 1), SIZES - 1), i) for i, k in enumerate(n) if k % chunk or k == 0),
+                     key=lambda x: (-x[0], x[1]))
+    out = full + [i * slots + n[i] // chunk for _, i in partial]
+    return out + [-1] * (len(lens) * slots - len(out))
+
+
+def host_work_row(item: int, lens: list[int], block_table: list[list[int]], chunk: int, slots: int,
+                  page_size: int) -> list[int]:
+    """The work row the kernel writes beside `item` (phase 2), in plain Python."""
+    row = [item] + [0] * (WORK_INTS - 1)
+    if item < 0:
+        return row
+    i, s = divmod(item, slots)
+    seqlen = lens[i]
+    row[1] = seqlen
+    n_tiles, per_tile = -(-seqlen // TILE), TILE // page_size
+    t_begin = s * chunk
+    for f in range(2):
+        t = t_begin + f
+        if t < min(n_tiles, t_begin + chunk):
+            n_pages = min(per_tile, -(-(seqlen - t * TILE) // page_size))
+            for j in range(n_pages):
+                row[2 + f * TILE_IDS + j] = block_table[i][t * per_tile + j]
+    return row
