@@ -31,9 +31,9 @@ def test_a_row_holds_the_item_its_length_and_its_first_two_tiles_page_ids():
     table = _table(lens, 64)
     # sequence 1, split 1 with chunk 2: tiles 2 and 3 (one page each at page 64)
     assert wo.host_work_row(1 * slots + 1, lens, table, chunk=2, slots=slots, page_size=64) == (
-        [4, lens[1], 1002, 0, 0, 0, 1003, 0, 0, 0] + [0] * 6)
+        [4, lens[1], 1002, 0, 0, 0, 1003, 0, 0, 0])
     # sequence 0 (300 keys = 5 tiles), split 2 with chunk 2: tile 4 alone (its last; tile 5 does not exist)
-    assert wo.host_work_row(0 * slots + 2, lens, table, chunk=2, slots=slots, page_size=64)[:10] == (
+    assert wo.host_work_row(0 * slots + 2, lens, table, chunk=2, slots=slots, page_size=64) == (
         [2, 300, 4, 0, 0, 0, 0, 0, 0, 0])
 
 
@@ -42,7 +42,7 @@ def test_page_16_rows_hold_four_ids_per_tile_and_never_the_poison():
     lens, slots = [64 + 20], 2                        # tile 0: 4 pages; tile 1: 20 keys = 2 pages
     table = _table(lens, 16)
     row = wo.host_work_row(0, lens, table, chunk=2, slots=slots, page_size=16)
-    assert row[:10] == [0, 84, 0, 1, 2, 3, 4, 5, 0, 0]
+    assert row == [0, 84, 0, 1, 2, 3, 4, 5, 0, 0]
     assert POISON not in row
 
 
@@ -51,13 +51,13 @@ def test_chunk_one_leaves_the_second_tile_to_the_next_split():
     lens = [64 * 3]
     table = _table(lens, 32)
     row = wo.host_work_row(1, lens, table, chunk=1, slots=3, page_size=32)
-    assert row[:10] == [1, 192, 2, 3, 0, 0, 0, 0, 0, 0]
+    assert row == [1, 192, 2, 3, 0, 0, 0, 0, 0, 0]
 
 
 def test_idle_slots_and_empty_sequences_have_length_zero_and_no_pages():
     wo = _wo()
-    assert wo.host_work_row(-1, [5], [[0]], chunk=4, slots=1, page_size=64) == [-1] + [0] * 15
-    assert wo.host_work_row(0, [0], [[POISON]], chunk=4, slots=1, page_size=64) == [0] + [0] * 15
+    assert wo.host_work_row(-1, [5], [[0]], chunk=4, slots=1, page_size=64) == [-1] + [0] * 9
+    assert wo.host_work_row(0, [0], [[POISON]], chunk=4, slots=1, page_size=64) == [0] + [0] * 9
 
 
 def test_the_work_order_kernel_refuses_what_it_cannot_build():
@@ -124,8 +124,9 @@ def test_every_work_row_equals_the_host_mirror_of_its_item(case):
     torch.cuda.synchronize()
     rows = ws["work"].view(-1, wo.WORK_INTS).tolist()
     table = x.block_table.tolist()
-    for row in rows:
-        assert row == wo.host_work_row(row[0], lens, table, chunk, slots, page_size)
+    for row in rows:                                 # the padding past USED_INTS is never written (-7 stays)
+        assert row[:wo.USED_INTS] == wo.host_work_row(row[0], lens, table, chunk, slots, page_size)
+        assert row[wo.USED_INTS:] == [-7] * (wo.WORK_INTS - wo.USED_INTS)
     host = wo.host_order(lens, chunk, slots)
     assert sorted(r[0] for r in rows) == sorted(host)
 

@@ -166,7 +166,6 @@ class FlashMlaDecodeV37(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v36 with each split CTA's item, length and first page ids in one work row (one-load prologue)"
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows

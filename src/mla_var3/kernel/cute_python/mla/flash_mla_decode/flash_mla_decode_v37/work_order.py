@@ -28,6 +28,7 @@ THREADS = 1024
 PER_THREAD = 4
 WORK_INTS = 16                  # int32 per work row (64 bytes): item, seqlen, 4 + 4 page ids, padding
 TILE_IDS = 4                    # page ids per tile in a row (64 // 16: the smallest page)
+USED_INTS = 2 + 2 * TILE_IDS    # what the kernel writes of a row; the rest is padding it never touches
 MAX_B = THREADS * PER_THREAD
 SIZES = THREADS                 # counting-sort keys: partial sizes 1 .. SIZES - 1 (larger ones share the top key)
 I32 = cutlass.Int32
@@ -190,8 +191,9 @@ def host_order(lens: list[int], chunk: int, slots: int) -> list[int]:
 
 def host_work_row(item: int, lens: list[int], block_table: list[list[int]], chunk: int, slots: int,
                   page_size: int) -> list[int]:
-    """The work row the kernel writes beside `item` (phase 2), in plain Python."""
-    row = [item] + [0] * (WORK_INTS - 1)
+    """The first USED_INTS ints of the work row the kernel writes for `item`, in plain Python
+    (the row's padding is never written)."""
+    row = [item] + [0] * (USED_INTS - 1)
     if item < 0:
         return row
     i, s = divmod(item, slots)

@@ -161,7 +161,6 @@ class FlashMlaDecodeV38(KernelPlan):
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v37 with an epilogue that stages and copies only the rows holding queries"
-    quarantine = "never run on a GPU yet (written 2026-12-02; check it with --check before use)"
 
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
