@@ -1,9 +1,14 @@
-"""Every CuTe DSL and cuTile kernel compiles for sm_90a on the CPU, for each static shape of its
-problem kind (MLA decode: s_q, h_q; GEMM: the dtype)."""
+"""Every CuTe DSL and cuTile kernel compiles for sm_90a on the CPU. The newest version of each
+design and the first of each language in the serving order (conf/ops/mla_decode_order.json) compile
+for each static shape of their problem kind (MLA decode: s_q, h_q, page size; GEMM: the dtype); the
+other, frozen versions for the first and last shape only (page 64 and the page-16 s_q=4 one), which
+keeps a fresh clone's CI under half an hour with 38 MLA versions: a change to common/ that breaks
+a frozen version's build still fails here, and every version's own tests compile it further."""
 import pytest
 
 from mla_var3.layers.gemm.matmul import GemmProblem
 from mla_var3.layers.mla import decode as mla
+from mla_var3.ops.dispatch import measured_order
 from mla_var3.runtime import registry
 
 DSL = [e.name for e in registry.all_entries() if e.language in ("cute-dsl", "cutile")]
@@ -14,7 +19,24 @@ COMPILE_PROBLEMS = {
        mla.MlaDecodeProblem(b=1, s_q=1, h_q=128, seqlen=65, page_size=32)],
     "gemm": [GemmProblem(m=1000, n=3000, k=4000, dtype=d) for d in ("bf16", "fp16")],
 }
-CASES = [(name, p) for name in DSL for p in COMPILE_PROBLEMS[registry.get_plan(name).problem_kind.kind]]
+EVERY_SHAPE = ({e.name for e in registry.newest_entries()}
+               | {names[0] for names in measured_order().values() if names})
+
+
+def _problems(name):
+    problems = COMPILE_PROBLEMS[registry.get_plan(name).problem_kind.kind]
+    return problems if name in EVERY_SHAPE or len(problems) <= 2 else [problems[0], problems[-2]]
+
+
+CASES = [(name, p) for name in DSL for p in _problems(name)]
+
+
+def test_the_newest_and_the_serving_leader_compile_every_shape():
+    assert {"flash_mla_decode_v1", "gemm_v1"}.isdisjoint(EVERY_SHAPE)
+    newest = registry.resolve("flash_mla_decode").name
+    assert newest in EVERY_SHAPE and measured_order()["cute-dsl"][0] in EVERY_SHAPE
+    assert sum(n == newest for n, _ in CASES) == len(COMPILE_PROBLEMS["mla_decode"])
+    assert sum(n == "flash_mla_decode_v1" for n, _ in CASES) == 2
 
 
 @pytest.mark.parametrize("name, problem", CASES, ids=[f"{n}-{p.static_key()}" for n, p in CASES])
