@@ -273,3 +273,24 @@ def test_the_instrumented_list_follows_the_plans():
     assert "flash_mla_decode_v22" not in names and "flash_mla_decode_v25" not in names
     assert {"flash_mla_decode_v30", "flash_mla_decode_v31", "flash_mla_decode_v32"} <= set(names)
     assert all(hasattr(registry.get_plan(n), "timeline_kernel") for n in names)
+
+
+def test_sm_occupancy_counts_ctas_per_sm_busy_share_and_the_tail(tmp_path, capsys):
+    buf = synthetic_buffer()
+    buf[2, :, HEADER.index("smid")] = 100                  # CTAs 0 and 2 on SM 100, CTA 1 on SM 101
+    ctas = timeline.decode(buf, TOY, (3, 1, 1))
+    ends = {c.index: c.gt_start + (c.clk_end - c.clk_start) / 2.0 for c in ctas}
+    occ = timeline.sm_occupancy(ctas, 2.0, min_ns=0)
+    span = max(ends.values()) - 1000
+    assert occ["sms"] == 2 and occ["working_ctas"] == 3 and occ["working_ctas_per_sm"] == {1: 1, 2: 1}
+    assert occ["span_ns"] == pytest.approx(span)
+    busy = sum(ends[i] - (1000 + 500 * i) for i in range(3))
+    assert occ["busy_share"] == pytest.approx(busy / (2 * span))
+    assert occ["finish_ns"]["max"] == pytest.approx(span)
+    assert occ["idle_after_last_share"] == pytest.approx((span - (ends[1] - 1000)) / (2 * span))
+    assert timeline.sm_occupancy(ctas, 2.0, min_ns=10 ** 9)["working_ctas"] == 0    # all idle slots
+    with pytest.raises(ValueError, match="no CTAs"):
+        timeline.sm_occupancy([], 2.0)
+    timeline.save_buffer(tmp_path / "t.npz", buf, TOY, (3, 1, 1), {})
+    assert timeline.main([str(tmp_path / "t.npz"), "--ctas=1", "--per-sm", f"--out={tmp_path}"]) == 0
+    assert "idle after each SM's last CTA" in capsys.readouterr().out

@@ -167,12 +167,17 @@ def cmd_timeline(names, problems, args, kind) -> int:
              f"{got['clock_ghz']:.3f} GHz ({'from the CTA headers' if got['clock_measured'] else 'assumed'})"
              + (f"; a {schema.iter_name} every {statistics.median(periods):.0f} cycles (median)" if periods else ""))
     print(timeline.format_summary(got["summary"], title))
+    occupancy = None
+    if len(got["ctas"]) == grid[0] * grid[1] * grid[2]:     # every CTA recorded: how they filled the SMs
+        occupancy = timeline.sm_occupancy(got["ctas"], got["clock_ghz"])
+        print(timeline.format_occupancy(occupancy))
     print("wrote " + ", ".join(str(p) for p in [*got["files"].values(), out / "timeline.npz"])
           + "\n  open trace.json in https://ui.perfetto.dev (or chrome://tracing)")
     rec = records.make_record("profile", plan, tiling, problem, prof_type="timeline", rows=got["summary"],
                               timer=res, clock_ghz=got["clock_ghz"], plain_us=plain_us, instrumented_us=inst_us,
                               instrumented_passed=cmp.passed, ctas_recorded=len(got["ctas"]),
                               pair_period_cycles=statistics.median(periods) if periods else None,
+                              sm_occupancy=occupancy,
                               files=[str(p) for p in got["files"].values()], wall_s=time.perf_counter() - t0)
     records.append(rec, args.records)
     return 0 if cmp.passed else 1

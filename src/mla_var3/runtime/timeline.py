@@ -251,6 +251,46 @@ def iteration_periods(ctas: list[CtaTimeline], schema: Schema, first_event_span:
     return out
 
 
+def sm_occupancy(ctas: list[CtaTimeline], ghz: float, min_ns: float = 2000.0) -> dict:
+    """How the grid's working CTAs (those that ran at least `min_ns`; shorter ones are idle split
+    slots) filled the SMs over the kernel's span: CTAs per SM, the share of SM-time they were
+    busy, the SMs' finish times (a wide spread is a tail: SMs idle while the last CTAs run) and
+    the idle share after each SM's last CTA. Times in ns from the first CTA's start."""
+    def end(c):
+        return c.gt_start + (c.clk_end - c.clk_start) / ghz
+    if not ctas:
+        raise ValueError("sm_occupancy: no CTAs recorded")
+    t0, t1 = min(c.gt_start for c in ctas), max(end(c) for c in ctas)
+    span = t1 - t0
+    work = [c for c in ctas if end(c) - c.gt_start >= min_ns]
+    by_sm: dict[int, list[CtaTimeline]] = {}
+    for c in work:
+        by_sm.setdefault(c.smid, []).append(c)
+    finish = sorted(max(end(c) for c in cs) - t0 for cs in by_sm.values())
+    busy = sum(end(c) - c.gt_start for c in work)
+    n_sms = len(by_sm)
+    per_sm: dict[int, int] = {}
+    for cs in by_sm.values():
+        per_sm[len(cs)] = per_sm.get(len(cs), 0) + 1
+
+    def q(x):
+        return finish[min(len(finish) - 1, int(x * (len(finish) - 1)))] if finish else 0.0
+    return {"span_ns": span, "ctas": len(ctas), "working_ctas": len(work), "sms": n_sms,
+            "working_ctas_per_sm": dict(sorted(per_sm.items())),
+            "busy_share": busy / (n_sms * span) if n_sms and span else 0.0,
+            "finish_ns": {"p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": q(1.0)},
+            "idle_after_last_share": sum(span - f for f in finish) / (n_sms * span) if n_sms and span else 0.0}
+
+
+def format_occupancy(occ: dict) -> str:
+    f = occ["finish_ns"]
+    per = ", ".join(f"{n} on {k} SM{'s' if k != 1 else ''}" for n, k in occ["working_ctas_per_sm"].items())
+    return (f"SMs: {occ['sms']} with working CTAs ({occ['working_ctas']} of {occ['ctas']} recorded; per SM: {per})\n"
+            f"span {occ['span_ns'] / 1e3:.1f} us; working CTAs busy {occ['busy_share']:.1%} of the SMs' time\n"
+            f"SM finish (us): p10 {f['p10'] / 1e3:.1f}, p50 {f['p50'] / 1e3:.1f}, p90 {f['p90'] / 1e3:.1f}, "
+            f"max {f['max'] / 1e3:.1f}; idle after each SM's last CTA: {occ['idle_after_last_share']:.1%}")
+
+
 def format_summary(rows: list[dict], title: str) -> str:
     heads = ("span", "row", "n", "median cyc", "median ns", "% of CTA time")
     cells = [(r["span"], r["row"], str(r["n"]), f"{r['median_cycles']:.0f}", f"{r['median_ns']:.0f}",
@@ -360,18 +400,22 @@ def write_outputs(out_dir: Path, buf, schema: Schema, grid, *, n_ctas: int = 4, 
 
 
 def main(argv=None) -> int:
-    """python -m mla_var3.runtime.timeline <timeline.npz> [--ctas N] [--out DIR]: re-render a run's
-    trace and picture from its saved buffer (no GPU needed)."""
+    """python -m mla_var3.runtime.timeline <timeline.npz> [--ctas N] [--out DIR] [--per-sm]: re-render a
+    run's trace and picture from its saved buffer (no GPU needed); --per-sm adds how the working
+    CTAs filled the SMs (CTAs per SM, busy share, finish spread: the grid's tail)."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m mla_var3.runtime.timeline", description=main.__doc__)
     ap.add_argument("npz")
     ap.add_argument("--ctas", type=int, default=4)
     ap.add_argument("--out", help="default: the npz's folder")
+    ap.add_argument("--per-sm", action="store_true", help="how the working CTAs filled the SMs")
     args = ap.parse_args(argv)
     buf, schema, grid, meta = load_buffer(Path(args.npz))
     res = write_outputs(Path(args.out or Path(args.npz).parent), buf, schema, grid, n_ctas=args.ctas,
                         ghz=meta.get("clock_ghz_given"), meta=meta)
     print(format_summary(res["summary"], f"{schema.kernel}: {len(res['ctas'])} CTAs recorded, clock {res['clock_ghz']:.3f} GHz"))
+    if args.per_sm:
+        print(format_occupancy(sm_occupancy(res["ctas"], res["clock_ghz"])))
     print("wrote " + ", ".join(str(p) for p in res["files"].values()))
     return 0
 
