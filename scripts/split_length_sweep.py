@@ -37,11 +37,19 @@ def main(argv=None) -> int:
     from mla_var3.runtime import autotune, bench, devices, records, registry
     problem = MlaDecodeProblem(b=args.b, s_q=args.s_q, h_q=args.h_q, seqlen=args.seqlen,
                                page_size=args.page_size, varlen=args.varlen)
+    try:
+        chunks = [int(c) for c in args.chunks.split(",")]
+    except ValueError:
+        ap.error(f"--chunks: expected comma-separated KV tile counts, got {args.chunks!r}")
+    plans = [registry.get_plan(n) for n in args.versions.split(",")]
+    for plan in plans:
+        if "chunk" not in {f.name for f in dataclasses.fields(plan.Tiling)}:
+            ap.error(f"{plan.name}: its Tiling has no `chunk` field (not a split-KV version)")
+    if not devices.cuda_available():
+        ap.error("needs an NVIDIA GPU (run it through the device tool on the H200)")
     device = devices.current_device()
-    chunks = [int(c) for c in args.chunks.split(",")]
     entries = []
-    for name in args.versions.split(","):
-        plan = registry.get_plan(name)
+    for plan in plans:
         base = autotune.lookup(plan, problem, device.name) or plan.default_tiling(problem)
         extra = parse_fields(plan, args.set) if args.set else {}
         entries += [(plan, dataclasses.replace(base, **extra, chunk=c)) for c in chunks]
