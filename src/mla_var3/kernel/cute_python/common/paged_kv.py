@@ -91,6 +91,13 @@ def zero_tail_value_rows(sK: cute.Tensor, tail: cutlass.Int32, stage: cutlass.In
 
 
 @cute.jit
+def tile_pages(tile: cutlass.Int32, seqlen: cutlass.Int32, pages_per_tile: cutlass.Constexpr[int],
+               page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
+    """How many of tile `tile`'s pages hold keys (the rest lie past the sequence)."""
+    return cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+
+
+@cute.jit
 def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.Int32, seqlen: cutlass.Int32,
                   ids: cute.Tensor, pages_per_tile: cutlass.Constexpr[int],
                   page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
@@ -99,7 +106,7 @@ def read_page_ids(block_table: cute.Tensor, bidx: cutlass.Int32, tile: cutlass.I
     poison value). Split from `load_tile_pages` so a producer can issue these dependent global
     loads early, e.g. before it waits for the stage the tile goes to."""
     first_page = tile * pages_per_tile
-    n_pages = cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
+    n_pages = tile_pages(tile, seqlen, pages_per_tile, page_size)
     for j in cutlass.range_constexpr(pages_per_tile):
         ids[j] = 0
         if j < n_pages:

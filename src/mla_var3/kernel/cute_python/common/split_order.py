@@ -41,21 +41,30 @@ class SplitOrderKernel:
             raise ValueError(f"chunk: expected >= 1 KV tiles per split, got {chunk}")
         self.chunk = chunk
 
+    @staticmethod
+    def order_storage():
+        """The shared memory of `write_order`: the two scans and the per-size cursors. (Built from
+        an annotations dict: this module's postponed annotations are strings, which cute.struct
+        does not evaluate outside a jit function.)"""
+        fields = {"full_scan": cute.struct.MemRange[I32, THREADS], "size_scan": cute.struct.MemRange[I32, SIZES],
+                  "cursor": cute.struct.MemRange[I32, SIZES]}
+        return cute.struct(type("Storage", (), {"__annotations__": fields}))
+
     @cute.jit
     def __call__(self, seqlens: cute.Tensor, order: cute.Tensor, stream):
-        @cute.struct
-        class Storage:
-            full_scan: cute.struct.MemRange[I32, THREADS]
-            size_scan: cute.struct.MemRange[I32, SIZES]
-            cursor: cute.struct.MemRange[I32, SIZES]
-
-        self.storage = Storage
+        self.storage = self.order_storage()
         self.split_order_kernel(seqlens, order).launch(
             grid=(1, 1, 1), block=(THREADS, 1, 1), stream=stream)
 
     @cute.kernel
     def split_order_kernel(self, seqlens: cute.Tensor, order: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
+        self.write_order(seqlens, order, tidx)
+
+    @cute.jit
+    def write_order(self, seqlens: cute.Tensor, order: cute.Tensor, tidx: cutlass.Int32):
+        """The body of the order kernel (module docstring), into any [b, slots] int32 view `order`
+        (v37's work rows reuse it on their first column); needs `self.storage` from `order_storage`."""
         b = seqlens.shape[0]
         slots = order.shape[1]
         st = SmemAllocator().allocate(self.storage)

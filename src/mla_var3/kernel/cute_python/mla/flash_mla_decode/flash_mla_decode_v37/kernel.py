@@ -303,14 +303,14 @@ from cutlass.tensor_utils import LayoutEnum
 from mla_var3.kernel.cute_python.common import timeline as tln
 from mla_var3.kernel.cute_python.common.epilogue import store_rows_from_smem
 from mla_var3.kernel.cute_python.common.online_softmax import scale_mask_rowmax
-from mla_var3.kernel.cute_python.common.paged_kv import (expect_tile, read_page_ids,
+from mla_var3.kernel.cute_python.common.paged_kv import (expect_tile, read_page_ids, tile_pages,
                                                          zero_tail_value_rows)
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
 from .lazy_rescale import exp_against_lazy_max, scale_rows_unless_one
 from .split_refill import load_part, load_part_pair
-from .work_order import TILE_IDS, WORK_INTS, tile_pages
+from .work_order import TILE_IDS, WORK_INTS
 from .unmasked_scores import scale_rowmax
 from .timeline_events import SCHEMA as TIMELINE
 

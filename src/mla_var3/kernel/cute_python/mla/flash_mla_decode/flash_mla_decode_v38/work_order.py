@@ -21,47 +21,31 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
-from cutlass.memory import SmemAllocator
 
-TILE = 64
-THREADS = 1024
-PER_THREAD = 4
+from mla_var3.kernel.cute_python.common.paged_kv import tile_pages
+from mla_var3.kernel.cute_python.common.split_order import MAX_B, THREADS, TILE, SplitOrderKernel, host_order
+
+I32 = cutlass.Int32
 WORK_INTS = 16                  # int32 per work row (64 bytes): item, seqlen, 4 + 4 page ids, padding
 TILE_IDS = 4                    # page ids per tile in a row (64 // 16: the smallest page)
 USED_INTS = 2 + 2 * TILE_IDS    # what the kernel writes of a row; the rest is padding it never touches
-MAX_B = THREADS * PER_THREAD
-SIZES = THREADS                 # counting-sort keys: partial sizes 1 .. SIZES - 1 (larger ones share the top key)
-I32 = cutlass.Int32
+__all__ = ["WorkOrderKernel", "host_order", "host_work_row"]
 
 
-@cute.jit
-def tile_pages(tile: cutlass.Int32, seqlen: cutlass.Int32, pages_per_tile: cutlass.Constexpr[int],
-               page_size: cutlass.Constexpr[int]) -> cutlass.Int32:
-    """How many of tile `tile`'s pages hold keys (common/paged_kv.read_page_ids's count)."""
-    return cutlass.min(pages_per_tile, (seqlen - tile * (pages_per_tile * page_size) + page_size - 1) // page_size)
-
-
-class WorkOrderKernel:
-    """Constexpr config: `chunk`, the KV tiles per split (the split kernel's), and the cache's page size."""
+class WorkOrderKernel(SplitOrderKernel):
+    """Constexpr config: `chunk`, the KV tiles per split (the split kernel's), and the cache's page size.
+    Phase 1 is common/split_order.py's `write_order` on the rows' first column."""
 
     def __init__(self, chunk: int, page_size: int):
-        if chunk < 1:
-            raise ValueError(f"chunk: expected >= 1 KV tiles per split, got {chunk}")
+        super().__init__(chunk)
         if page_size not in (16, 32, 64):
             raise ValueError(f"page_size: expected 16, 32 or 64, got {page_size}")
-        self.chunk = chunk
         self.page_size = page_size
         self.pages_per_tile = TILE // page_size
 
     @cute.jit
     def __call__(self, seqlens: cute.Tensor, block_table: cute.Tensor, work: cute.Tensor, stream):
-        @cute.struct
-        class Storage:
-            full_scan: cute.struct.MemRange[I32, THREADS]
-            size_scan: cute.struct.MemRange[I32, SIZES]
-            cursor: cute.struct.MemRange[I32, SIZES]
-
-        self.storage = Storage
+        self.storage = self.order_storage()
         self.work_order_kernel(seqlens, block_table, work).launch(
             grid=(1, 1, 1), block=(THREADS, 1, 1), stream=stream)
 
@@ -70,69 +54,7 @@ class WorkOrderKernel:
         tidx, _, _ = cute.arch.thread_idx()
         b = seqlens.shape[0]
         slots = work.shape[1]
-        st = SmemAllocator().allocate(self.storage)
-        full_scan = st.full_scan.get_tensor(cute.make_layout(THREADS))
-        size_scan = st.size_scan.get_tensor(cute.make_layout(SIZES))
-        cursor = st.cursor.get_tensor(cute.make_layout(SIZES))
-
-        size_scan[tidx] = 0
-        cursor[tidx] = 0
-        cute.arch.sync_threads()
-
-        # ---- this thread's sequences: full splits, and the size of the partial last split
-        first = tidx * PER_THREAD
-        n_full = cute.make_rmem_tensor((PER_THREAD,), I32)
-        rest = cute.make_rmem_tensor((PER_THREAD,), I32)
-        my_full = I32(0)
-        for k in cutlass.range_constexpr(PER_THREAD):
-            n_full[k] = 0
-            rest[k] = 0
-            if first + k < b:
-                n = (seqlens[first + k] + TILE - 1) // TILE
-                n_full[k] = n // self.chunk
-                rest[k] = n - n_full[k] * self.chunk
-                if n == 0:
-                    rest[k] = -1     # an empty sequence still has its one split (it writes the zero output)
-                if rest[k] != 0:     # key: larger splits first; an empty split sorts with size 1
-                    cute.arch.atomic_add(st.size_scan.data_ptr() + (SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)),
-                                         I32(1), scope="cta")
-            my_full += n_full[k]
-        full_scan[tidx] = my_full
-        cute.arch.sync_threads()
-
-        # ---- inclusive scans of the full-split counts (by thread) and of the size histogram (by key)
-        d = 1
-        for _ in cutlass.range_constexpr(10):            # 2^10 = THREADS = SIZES
-            f = full_scan[tidx]
-            s = size_scan[tidx]
-            if tidx >= d:
-                f += full_scan[tidx - d]
-                s += size_scan[tidx - d]
-            cute.arch.sync_threads()
-            full_scan[tidx] = f
-            size_scan[tidx] = s
-            cute.arch.sync_threads()
-            d *= 2
-        n_full_all = full_scan[THREADS - 1]
-        n_partial = size_scan[SIZES - 1]
-
-        # ---- write: full splits, partial splits by decreasing size, then -1 for the idle slots
-        pos_full = full_scan[tidx] - my_full
-        for k in cutlass.range_constexpr(PER_THREAD):
-            i = first + k
-            if i < b:
-                for s in cutlass.range(0, n_full[k], 1, unroll=1):
-                    p = pos_full + s
-                    work[p // slots, p % slots, 0] = i * slots + s
-                pos_full += n_full[k]
-                if rest[k] != 0:
-                    key = SIZES - cutlass.min(cutlass.max(rest[k], 1), SIZES - 1)
-                    # key >= 1: the splits of larger keys (smaller sizes) start after size_scan[key - 1]
-                    p = n_full_all + size_scan[key - 1] + cute.arch.atomic_add(st.cursor.data_ptr() + key, I32(1),
-                                                                               scope="cta")
-                    work[p // slots, p % slots, 0] = i * slots + n_full[k]
-        for p in cutlass.range(n_full_all + n_partial + tidx, b * slots, THREADS, unroll=1):
-            work[p // slots, p % slots, 0] = -1
+        self.write_order(seqlens, work[None, None, 0], tidx)     # phase 1: the items
         cute.arch.sync_threads()
 
         # ---- phase 2: each slot's length and first two tiles' page ids beside its item
@@ -176,17 +98,6 @@ def launch_arguments(cache_seqlens, block_table, ws) -> tuple:
     if cache_seqlens.shape[0] > MAX_B:
         raise ValueError(f"cache_seqlens: the work-order kernel takes b <= {MAX_B}, got {cache_seqlens.shape[0]}")
     return cache_seqlens, block_table, ws["work"]
-
-
-def host_order(lens: list[int], chunk: int, slots: int) -> list[int]:
-    """The order in plain Python, as the kernel builds it (ties among equal partial sizes in
-    sequence order here; the kernel's atomics may order them differently)."""
-    n = [-(-s // TILE) for s in lens]
-    full = [(i * slots + s) for i, k in enumerate(n) for s in range(k // chunk)]
-    partial = sorted(((min(max(k % chunk, 1), SIZES - 1), i) for i, k in enumerate(n) if k % chunk or k == 0),
-                     key=lambda x: (-x[0], x[1]))
-    out = full + [i * slots + n[i] // chunk for _, i in partial]
-    return out + [-1] * (len(lens) * slots - len(out))
 
 
 def host_work_row(item: int, lens: list[int], block_table: list[list[int]], chunk: int, slots: int,
