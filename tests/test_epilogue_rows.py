@@ -3,31 +3,22 @@ s_q * h_q = 16 the split kernel's copy loop has a quarter of v37's 16-byte share
 and with 64 query rows per block it keeps them all. GPU: v38's outputs equal v37's bit for bit
 where a row block is partly empty (h_q 8 and 16, 96 rows = a full and a half block) or full,
 through both epilogue paths (one split: bf16 out; several: f32 partials)."""
-import collections
-
 import pytest
 
-from compiled_sass import opcodes, stage_sass
+from compiled_sass import split_opcode_counts
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import sass
 
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 
 
-def _split_ops(version, problem):
-    from mla_var3.runtime import registry
-    plan = registry.get_plan(version)
-    kern = plan._kernel(problem.s_q, problem.h_q, problem.page_size, plan.default_tiling(problem))
-    return collections.Counter(opcodes(stage_sass(kern, "split")))
-
-
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 def test_the_copy_loop_walks_only_the_query_rows():
     p16 = MlaDecodeProblem(b=8, s_q=1, h_q=16, seqlen=1024, varlen=True)
-    v37, v38 = _split_ops("flash_mla_decode_v37", p16), _split_ops("flash_mla_decode_v38", p16)
+    v37, v38 = split_opcode_counts("flash_mla_decode_v37", p16), split_opcode_counts("flash_mla_decode_v38", p16)
     assert v38["LDS.128"] * 4 == v37["LDS.128"]          # 16 of 64 rows, in both epilogue paths
     p64 = MlaDecodeProblem(b=8, s_q=1, h_q=64, seqlen=1024, varlen=True)
-    assert _split_ops("flash_mla_decode_v38", p64)["LDS.128"] == _split_ops("flash_mla_decode_v37", p64)["LDS.128"]
+    assert split_opcode_counts("flash_mla_decode_v38", p64)["LDS.128"] == split_opcode_counts("flash_mla_decode_v37", p64)["LDS.128"]
 
 
 PROBLEMS = [
