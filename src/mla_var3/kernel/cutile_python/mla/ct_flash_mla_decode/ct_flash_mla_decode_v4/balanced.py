@@ -56,8 +56,8 @@ def ct_flash_mla_decode_v4_schedule_kernel(Seqlens, PartMeta, TileStart, BLOCK_N
     """Seqlens [b] i32 -> PartMeta [PARTS * 4] i32 (per part: the sequences [first, last) it
     overlaps and its tiles [g0, g1) of the batch) and TileStart [b] i32 (each sequence's first tile
     in the batch). Grid (PARTS,). A kernel of its own because the warp-specialized split kernel
-    does not compile (tileiras 13.4 fails) when its loop bounds come from tile reductions; loaded
-    scalars are fine there."""
+    does not compile (tileiras 13.4 fails) when its loop bounds come from tile reductions; scalars
+    it reads itself are fine there."""
     part = ct.bid(0)
     tiles, ends = _tile_ends(Seqlens, BLOCK_N, B_POW2)
     total = ct.sum(tiles)
@@ -85,17 +85,17 @@ def ct_flash_mla_decode_v4_balanced_kernel(Q, KV, BlockTable, Seqlens, PartMeta,
     scale_log2 = softmax_scale * log2(e)."""
     rt = ct.bid(0)                 # row tile of the s_q*h_q query rows
     part = ct.bid(1)               # this block's share of the batch's tiles
-    first = ct.load(PartMeta, index=(part * META,), shape=())
-    last = ct.load(PartMeta, index=(part * META + 1,), shape=())
-    g0 = ct.load(PartMeta, index=(part * META + 2,), shape=())
-    g1 = ct.load(PartMeta, index=(part * META + 3,), shape=())
+    first = ct.gather(PartMeta, (part * META,))
+    last = ct.gather(PartMeta, (part * META + 1,))
+    g0 = ct.gather(PartMeta, (part * META + 2,))
+    g1 = ct.gather(PartMeta, (part * META + 3,))
 
     rows = rt * BLOCK_M + ct.arange(BLOCK_M, dtype=ct.int32)            # [BLOCK_M]
     key_in_tile = ct.arange(BLOCK_N, dtype=ct.int32)                    # [BLOCK_N]
     for s in range(first, last):
-        seqlen = ct.load(Seqlens, index=(s,), shape=())
+        seqlen = ct.gather(Seqlens, (s,))
         n_tiles = ct.cdiv(seqlen, BLOCK_N)
-        start = ct.load(TileStart, index=(s,), shape=())                # s's first tile in the batch
+        start = ct.gather(TileStart, (s,))                # s's first tile in the batch
         t0 = min(max(g0 - start, 0), n_tiles)
         t1 = max(min(g1 - start, n_tiles), t0)
         mask_start = max(seqlen - S_Q + 1, 0) // BLOCK_N
