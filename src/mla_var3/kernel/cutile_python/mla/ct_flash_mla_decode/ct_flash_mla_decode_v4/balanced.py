@@ -126,20 +126,21 @@ def ct_flash_mla_decode_v4_balanced_kernel(Q, KV, BlockTable, Seqlens, PartMeta,
 
 
 @ct.kernel(occupancy=2)
-def ct_flash_mla_decode_v4_balanced_combine_kernel(PartO, PartLse, Seqlens, Out, Lse, S_Q: ConstInt,
-                                                   H_Q: ConstInt, BLOCK_R: ConstInt, BLOCK_N: ConstInt,
-                                                   B_POW2: ConstInt, PARTS: ConstInt):
+def ct_flash_mla_decode_v4_balanced_combine_kernel(PartO, PartLse, Seqlens, PartMeta, TileStart, Out, Lse,
+                                                   S_Q: ConstInt, H_Q: ConstInt, BLOCK_R: ConstInt,
+                                                   BLOCK_N: ConstInt, PARTS: ConstInt):
     """PartO [b + PARTS, s_q*h_q, 512] f32, PartLse [b + PARTS, s_q*h_q] f32 (log2 domain),
-    Seqlens [b] i32 -> Out [b, s_q*h_q, 512] bf16, Lse [b, h_q, s_q] f32 (natural log)."""
+    Seqlens [b] i32, PartMeta / TileStart (the schedule kernel's) -> Out [b, s_q*h_q, 512] bf16,
+    Lse [b, h_q, s_q] f32 (natural log). The loop bounds come from scalars every warp reads itself
+    (ct.gather): computed from a tile reduction, the pipelined loop's producer warp did not see
+    them and the kernel hung on the H200."""
     rt = ct.bid(0)
     bi = ct.bid(1)
-    tiles, ends = _tile_ends(Seqlens, BLOCK_N, B_POW2)
-    total = max(ct.sum(tiles), 1)
-    zero = ct.full((B_POW2,), 0, dtype=ct.int32)
-    end = ct.sum(ct.where(ct.arange(B_POW2, dtype=ct.int32) == bi, ends, zero))
-    seqlen = ct.load(Seqlens, index=(bi,), shape=())
+    total = max(ct.gather(PartMeta, ((PARTS - 1) * META + 3,)), 1)     # the last part's end: T
+    seqlen = ct.gather(Seqlens, (bi,))
     n_tiles = ct.cdiv(seqlen, BLOCK_N)
-    start = end - n_tiles
+    start = ct.gather(TileStart, (bi,))
+    end = start + n_tiles
     p_first = ((start + 1) * PARTS + total - 1) // total - 1
     p_last = (end * PARTS + total - 1) // total - 1
     p_end = p_first + min(n_tiles, 1) * (p_last + 1 - p_first)         # no keys: no slots
@@ -248,12 +249,12 @@ def balanced_kernel_args(q, kv_cache, block_table, cache_seqlens, part_meta, til
             kv_latency)
 
 
-def balanced_combine_args(part_o, part_lse, cache_seqlens, out, lse, combine_rows: int, block_n: int,
-                          parts: int) -> tuple:
+def balanced_combine_args(part_o, part_lse, cache_seqlens, part_meta, tile_start, out, lse, combine_rows: int,
+                          block_n: int, parts: int) -> tuple:
     b, s_q, h_q, _ = out.shape
     assert tuple(part_o.shape) == (b + parts, s_q * h_q, D_V), part_o.shape
-    return (part_o, part_lse, cache_seqlens, out.view(b, s_q * h_q, D_V), lse, s_q, h_q, combine_rows, block_n,
-            pow2_at_least(b), parts)
+    return (part_o, part_lse, cache_seqlens, part_meta, tile_start, out.view(b, s_q * h_q, D_V), lse, s_q, h_q,
+            combine_rows, block_n, parts)
 
 
 def schedule_export_signatures(b: int, block_n: int, parts: int) -> list:
@@ -280,15 +281,16 @@ def balanced_export_signatures(s_q: int, h_q: int, block_m: int, block_n: int, k
     return [KernelSignature(params, CallingConvention.cutile_python_v1())]
 
 
-def balanced_combine_export_signatures(b: int, s_q: int, h_q: int, combine_rows: int, block_n: int,
-                                       parts: int) -> list:
+def balanced_combine_export_signatures(s_q: int, h_q: int, combine_rows: int, block_n: int, parts: int) -> list:
     from cuda.tile.compilation import CallingConvention, KernelSignature
     params = [
         _array(ct.float32, 3, 64, 16),        # PartO
         _array(ct.float32, 2),                # PartLse
         _array(ct.int32, 1),                  # Seqlens
+        _array(ct.int32, 1),                  # PartMeta
+        _array(ct.int32, 1),                  # TileStart
         _array(ct.bfloat16, 3, 64, 16),       # Out
         _array(ct.float32, 3),                # Lse
-        s_q, h_q, combine_rows, block_n, pow2_at_least(b), parts,
+        s_q, h_q, combine_rows, block_n, parts,
     ]
     return [KernelSignature(params, CallingConvention.cutile_python_v1())]

@@ -293,7 +293,8 @@ class CtFlashMlaDecodeV4(KernelPlan):
         def combine_args(inputs, outputs, workspace):
             out, lse = outputs
             return balanced.balanced_combine_args(workspace["part_o"], workspace["part_lse"], inputs.cache_seqlens,
-                                                  out, lse, t.combine_rows, t.block_n, parts)
+                                                  workspace["part_meta"], workspace["tile_start"], out, lse,
+                                                  t.combine_rows, t.block_n, parts)
         schedule = CtKernel(kernel=balanced.ct_flash_mla_decode_v4_schedule_kernel,
                             grid=lambda inputs, outputs, workspace: balanced.schedule_grid(parts),
                             kernel_args=schedule_args, name="schedule",
@@ -309,7 +310,7 @@ class CtFlashMlaDecodeV4(KernelPlan):
                                inputs.b, inputs.s_q, inputs.h_q, t.combine_rows),
                            kernel_args=combine_args, name="combine",
                            signatures=lambda: balanced.balanced_combine_export_signatures(
-                               b, s_q, h_q, t.combine_rows, t.block_n, parts))
+                               s_q, h_q, t.combine_rows, t.block_n, parts))
         return [schedule, split, combine]
 
     def plan(self, inputs, tiling) -> RuntimeKernel:
