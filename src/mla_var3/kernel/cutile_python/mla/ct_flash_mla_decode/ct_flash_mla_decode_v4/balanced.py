@@ -9,13 +9,18 @@ splits). Here the grid is (row tiles, PARTS) and part p walks the tiles [g(p), g
 batch's tiles laid end to end in sequence order, g(p) = p * T // PARTS (T = sum of cdiv(seqlen,
 BLOCK_N)): at most b + PARTS - 1 pieces in all, each part within one tile of T / PARTS.
 
-- `ct_flash_mla_decode_v4_balanced_kernel`, grid (row tiles, PARTS): each block loads every
-  length (one [B_POW2] tile), derives T, its range and the sequences it overlaps, then for each
-  sequence s in [first, last) runs v3's tile loop over its piece [t0, t1) (v3's `_kv_step`,
-  unmasked then masked) and writes the piece's O / l (float32) and log2-domain lse to slot
-  p + s of the workspace. Slots are unique: along the walk each new piece advances p, s or both.
-  Every (p, s) in [first, last) writes its slot, also an empty piece (a sequence without keys
-  between two others, or a part with no tiles when T < PARTS): lse -inf and O 0.
+- `ct_flash_mla_decode_v4_schedule_kernel`, grid (PARTS,): from one [B_POW2] load of the lengths,
+  T, part p's tile range [g0, g1) and the sequences [first, last) it overlaps (PartMeta), and every
+  sequence's first tile in the batch (TileStart). A kernel of its own: the two kernels below read
+  these as scalars (`ct.gather`), because a pipelined loop whose bounds come from a tile reduction
+  does not compile (split kernel) or hangs on the H200 (combine): docs/knowledge/languages/cutile/
+  anti-patterns/loop-bounds-from-a-tile-reduction.md.
+- `ct_flash_mla_decode_v4_balanced_kernel`, grid (row tiles, PARTS): for each sequence s in
+  [first, last), v3's tile loop over its piece [t0, t1) (v3's `_kv_step`, unmasked then masked),
+  then the piece's O / l (float32) and log2-domain lse into slot p + s of the workspace. Slots
+  are unique: along the walk each new piece advances p, s or both. Every (p, s) in [first, last)
+  writes its slot, also an empty piece (a sequence without keys between two others, or a part
+  with no tiles when T < PARTS): lse -inf and O 0.
 - `ct_flash_mla_decode_v4_balanced_combine_kernel`, grid (cdiv(s_q*h_q, BLOCK_R), b): sequence
   s's tiles [start, end) lie in parts p_first = ceil((start + 1) * PARTS / T) - 1 through
   p_last = ceil(end * PARTS / T) - 1 (the last part whose first tile is <= start, resp. end - 1),

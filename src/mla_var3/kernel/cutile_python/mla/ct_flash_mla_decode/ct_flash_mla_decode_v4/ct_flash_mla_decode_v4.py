@@ -200,7 +200,6 @@ class CtFlashMlaDecodeV4(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = CtFlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (the balanced kernels compile for sm_90a only)"
     summary = "cuTile v3 + a balanced schedule: equal KV-tile shares per block across sequences, merged by a combine"
 
     def supports(self, problem) -> list[str]:

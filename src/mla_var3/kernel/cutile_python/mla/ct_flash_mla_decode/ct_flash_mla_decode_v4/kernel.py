@@ -1,4 +1,8 @@
-"""ct_flash_mla_decode_v4: cuTile MLA decode with split-KV and a combine kernel (FlashMLA's contract).
+"""ct_flash_mla_decode_v4's `schedule="sequence"` kernels: ct_flash_mla_decode_v3's, unchanged but for
+their names (v4's new balanced schedule is balanced.py, which reuses `_kv_step` from here). The
+rest of this docstring is v3's.
+
+ct_flash_mla_decode_v3: cuTile MLA decode with split-KV and a combine kernel (FlashMLA's contract).
 
 v2's block (docs/kernels/ct_flash_mla_decode.md) walks only a slice of its sequence's KV tiles,
 and a second kernel merges the slices. Two kernels:
