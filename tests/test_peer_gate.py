@@ -60,3 +60,17 @@ def test_cli_says_what_is_missing(tmp_path, capsys):
     assert "has a other_v1 record from the same run" in capsys.readouterr().err
     assert peer_gate.main(["--records", str(tmp_path / "missing"), "--kernel", "k_v1"]) == 2
     assert capsys.readouterr().err.startswith("error: records:")
+
+
+def test_cli_judges_the_cutile_bar_without_a_peer(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    recs = [_rec("k_v1", 100.0, bound="memory"), _rec("ct_v1", 160.0, bound="memory"),
+            _rec("k_v1", 100.0, seqlen=8192, bound="memory"), _rec("ct_v1", 180.0, seqlen=8192, bound="memory")]
+    path.write_text("\n".join(json.dumps(r) for r in recs))
+    assert peer_gate.main(["--records", str(path), "--kernel", "k_v1", "--cutile", "ct_v1"]) == 0
+    out = capsys.readouterr().out
+    assert "ct_v1 >= 0.6x our speed on 1/2 memory-bound cells" in out and "gate 0/0 met" in out
+    assert "0.625 ok" in out and "0.556 MISS" in out
+    assert "note: no flashmla_decode_v1 record from the same run: only the cuTile bar is judged" in out
+    # without --cutile the missing peer is still an error
+    assert peer_gate.main(["--records", str(path), "--kernel", "k_v1"]) == 2
