@@ -21,6 +21,12 @@ def _balanced():
     return balanced
 
 
+def _mirror():
+    """The plan module, which holds the schedule's host mirror (no cuda.tile needed)."""
+    from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.ct_flash_mla_decode_v4 import ct_flash_mla_decode_v4
+    return ct_flash_mla_decode_v4
+
+
 def _tiles(lens):
     return [-(-s // 64) for s in lens]
 
@@ -40,7 +46,7 @@ CASES = [
 @pytest.mark.parametrize("lens,parts", CASES + [([random.Random(i).randint(0, 20000) for _ in range(
     random.Random(i).randint(1, 200))], random.Random(i + 99).randint(1, 300)) for i in range(20)])
 def test_host_schedule_covers_each_tile_once_in_unique_slots(lens, parts):
-    b = _balanced()
+    b = _mirror()
     pieces = b.host_pieces(lens, parts)
     slots = [p[4] for p in pieces]
     assert len(set(slots)) == len(slots) and all(0 <= s < len(lens) + parts for s in slots)

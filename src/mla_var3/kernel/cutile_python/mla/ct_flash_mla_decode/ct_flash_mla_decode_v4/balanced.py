@@ -29,7 +29,7 @@ BLOCK_N)): at most b + PARTS - 1 pieces in all, each part within one tile of T /
 
 Everything is computed on the device from cache_seqlens inside the call (no host schedule): a CUDA
 graph replayed with new lengths stays correct. The workspace is [b + PARTS, s_q*h_q, 512] f32 and
-[b + PARTS, s_q*h_q] f32, sized by the shape only. `host_pieces` mirrors the schedule in Python.
+[b + PARTS, s_q*h_q] f32, sized by the shape only. `ct_flash_mla_decode_v4.host_pieces` mirrors the schedule in Python.
 """
 from __future__ import annotations
 
@@ -40,8 +40,6 @@ import cuda.tile as ct
 from .kernel import D_QK, D_ROPE, D_V, LN2, LOG2E, NEG_BIG, PAGE, _array, _kv_step, pow2_at_least
 
 ConstInt = ct.Constant[int]
-
-INDEX_LIMIT = 2 ** 31
 
 
 def _tile_ends(Seqlens, BLOCK_N, B_POW2):
@@ -177,41 +175,6 @@ def ct_flash_mla_decode_v4_balanced_combine_kernel(PartO, PartLse, Seqlens, Part
 
 
 # ---- host side -------------------------------------------------------------------------------
-
-def host_pieces(seqlens: list[int], parts: int, block_n: int = PAGE) -> list[tuple[int, int, int, int, int]]:
-    """The balanced schedule in Python, as the kernels compute it: (part, sequence, t0, t1, slot)
-    for every piece a block writes (empty ones included), in launch order of the parts."""
-    tiles = [-(-s // block_n) for s in seqlens]
-    ends, acc = [], 0
-    for t in tiles:
-        acc += t
-        ends.append(acc)
-    total = acc
-    out = []
-    for p in range(parts):
-        g0, g1 = p * total // parts, (p + 1) * total // parts
-        first = sum(e <= g0 for e in ends)
-        last = sum(e - t < g1 for e, t in zip(ends, tiles))
-        for s in range(first, last):
-            start = ends[s] - tiles[s]
-            t0 = min(max(g0 - start, 0), tiles[s])
-            t1 = max(min(g1 - start, tiles[s]), t0)
-            out.append((p, s, t0, t1, p + s))
-    return out
-
-
-def host_combine_parts(seqlens: list[int], parts: int, block_n: int = PAGE) -> list[range]:
-    """For each sequence, the parts whose slots (part + sequence) the combine merges."""
-    tiles = [-(-s // block_n) for s in seqlens]
-    total = max(sum(tiles), 1)
-    out, end = [], 0
-    for t in tiles:
-        start, end = end, end + t
-        p_first = ((start + 1) * parts + total - 1) // total - 1
-        p_last = (end * parts + total - 1) // total - 1
-        out.append(range(p_first, p_first + min(t, 1) * (p_last + 1 - p_first)))
-    return out
-
 
 def balanced_grid(s_q: int, h_q: int, block_m: int, parts: int) -> tuple[int, int, int]:
     return ((s_q * h_q + block_m - 1) // block_m, parts, 1)

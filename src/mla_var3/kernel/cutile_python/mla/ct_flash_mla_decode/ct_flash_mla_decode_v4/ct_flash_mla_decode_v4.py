@@ -156,23 +156,62 @@ def balanced_reasons(problem, tiling) -> list[str]:
     return reasons
 
 
+def schedule_pieces(tiles: list[int], parts: int) -> list[tuple[int, int, int, int, int]]:
+    """The balanced schedule on the sequences' KV tile counts, as the schedule and split kernels
+    compute it (balanced.py): (part, sequence, t0, t1, slot) for every piece a block writes (empty
+    ones included), in launch order of the parts. Part p takes the batch's tiles
+    [p * T // parts, (p + 1) * T // parts) and the sequences that end after its first tile and
+    start before its last."""
+    ends, acc = [], 0
+    for t in tiles:
+        acc += t
+        ends.append(acc)
+    total = acc
+    out = []
+    for p in range(parts):
+        g0, g1 = p * total // parts, (p + 1) * total // parts
+        first = sum(e <= g0 for e in ends)
+        last = sum(e - t < g1 for e, t in zip(ends, tiles))
+        for s in range(first, last):
+            start = ends[s] - tiles[s]
+            t0 = min(max(g0 - start, 0), tiles[s])
+            t1 = max(min(g1 - start, tiles[s]), t0)
+            out.append((p, s, t0, t1, p + s))
+    return out
+
+
+def host_pieces(seqlens: list[int], parts: int, block_n: int = PAGE_SIZE) -> list[tuple[int, int, int, int, int]]:
+    """`schedule_pieces` of a batch of lengths (the host mirror the tests hold the kernels to)."""
+    return schedule_pieces([_cdiv(s, block_n) for s in seqlens], parts)
+
+
+def host_combine_parts(seqlens: list[int], parts: int, block_n: int = PAGE_SIZE) -> list[range]:
+    """For each sequence, the parts whose slots (part + sequence) the combine kernel merges."""
+    tiles = [_cdiv(s, block_n) for s in seqlens]
+    total = max(sum(tiles), 1)
+    out, end = [], 0
+    for t in tiles:
+        start, end = end, end + t
+        p_first = ((start + 1) * parts + total - 1) // total - 1
+        p_last = (end * parts + total - 1) // total - 1
+        out.append(range(p_first, p_first + min(t, 1) * (p_last + 1 - p_first)))
+    return out
+
+
 def estimate_balanced_us(tiles: list[int], row_tiles: int, rows: int, parts: int) -> float:
     """Modelled time of a balanced call: part p's blocks (one per row tile) cost its share of the
-    batch's tiles plus, per piece (sequence it overlaps), the fixed cost and the Q / partial
-    traffic of estimate_us; the blocks are list-scheduled in launch order on NUM_SMS slots, then
-    the combine reads b + parts partial slots."""
-    total = sum(tiles)
-    ends, acc = [], 0
-    for n in tiles:
-        acc += n
-        ends.append(acc)
+    batch's tiles plus, per piece (`schedule_pieces`: at least one), the fixed cost and the Q /
+    partial traffic of estimate_us; the blocks are list-scheduled in launch order on NUM_SMS
+    slots, then the combine reads b + parts partial slots."""
+    work, pieces = [0] * parts, [0] * parts
+    for p, _, t0, t1, _ in schedule_pieces(tiles, parts):
+        work[p] += t1 - t0
+        pieces[p] += 1
     block_rows = min(rows, 64)
     extra = T_BLOCK_US + block_rows * (D_QK * 2 + D_V * 4 + 4) / SM_BYTES_PER_US
     free = [0.0] * NUM_SMS
     for p in range(parts):
-        g0, g1 = p * total // parts, (p + 1) * total // parts
-        pieces = sum(1 for e, n in zip(ends, tiles) if e > g0 and e - n < g1)
-        cost = T_TILE_US * (g1 - g0) + extra * max(pieces, 1)
+        cost = T_TILE_US * work[p] + extra * max(pieces[p], 1)
         for _ in range(row_tiles):
             heapq.heapreplace(free, free[0] + cost)
     b = len(tiles)
