@@ -208,13 +208,11 @@ class FlashMlaDecodeV39(KernelPlan):
         rows = problem.s_q * problem.h_q
         chunk = model_chunk(tiles, rows) if ragged else default_chunk(problem.b, rows, mean_tiles)
         max_splits = max(1, -(-max(tiles, default=0) // chunk))
+        cluster_rows, multicast_kv = default_cluster_rows(problem), default_multicast_kv(problem.page_size)
         return FlashMlaSplitTiling(chunk=chunk, order="longest_first" if ragged else "grid",
                                    combine_warps=default_combine_warps(max_splits),
-                                   refill_warps=default_refill_warps(
-                                       problem.page_size,
-                                       default_cluster_rows(problem) > 1 and default_multicast_kv(problem.page_size)),
-                                   cluster_rows=default_cluster_rows(problem),
-                                   multicast_kv=default_multicast_kv(problem.page_size))
+                                   refill_warps=default_refill_warps(problem.page_size, cluster_rows > 1 and multicast_kv),
+                                   cluster_rows=cluster_rows, multicast_kv=multicast_kv)
 
     def autotune_configs(self, problem) -> list[FlashMlaSplitTiling]:
         """Around the default: other split lengths (each with its combine width), the other
