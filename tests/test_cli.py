@@ -91,6 +91,7 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--seed=99999999999999999999"], "--seed: expected 0.."),
     (["torch_mla_decode", "--seed=-1"], "--seed: expected 0.."),
     (["torch_mla_decode", "--rep_ms=-1"], r"--rep_ms: expected a timing budget"),
+    (["torch_mla_decode", "--replays=2"], r"--replays: expected 3..1000 timed rounds, got 2"),
     (["torch_mla_decode", "--check", "--b=4096", "--seqlen=1048576", "--device=cpu"],
      r"needs ~\d.* TB for its inputs and outputs, cpu has .* free"),
     (["torch_mla_decode", "--grid=bench", "--where=hq > 3"], r"--where: unknown field 'hq' in 'hq > 3' \(fields: b, "),

@@ -532,7 +532,9 @@ def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(m
     assert cute.index("flash_mla_decode_v4") < cute.index("flash_mla_decode_v8")
     assert op_impl.preference("cute-dsl", "flash_mla_decode_v4") < op_impl.preference("cute-dsl", "flash_mla_decode_v7")
     assert op_impl.preference("cute-dsl", "flash_mla_decode_v99") > op_impl.preference("cute-dsl", cute[-1])
-    assert op_impl.preference("cutile", "ct_flash_mla_decode_v3") == (1, 0)     # unlisted: newest first
+    assert op_impl.preference("cutile", "ct_flash_mla_decode_v99") == (1, 0)    # unlisted: newest first
+    ct = order["cutile"]
+    assert ct.index("ct_flash_mla_decode_v4") < ct.index("ct_flash_mla_decode_v5")   # v5 measured slower
     # the candidate list on a GPU device, without asking torch about a GPU
     monkeypatch.setattr(op_impl, "_arch", lambda device: "sm_90a")
     names = [p.name for p in op_impl._candidates(torch.device("cuda"))]

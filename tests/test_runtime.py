@@ -350,7 +350,7 @@ def test_compared_plans_are_benchmarked_together_and_recorded_in_order(monkeypat
     h200 = replace(devices.load_devices()["H200"], name="NVIDIA H200")
     seen = []
 
-    def fake_bench_plans(entries, problem, device, *, seed=0, rep_ms=100.0):
+    def fake_bench_plans(entries, problem, device, *, seed=0, rep_ms=100.0, replays=10):
         seen.append([p.name for p, _ in entries])
         return [{"tiling_obj": None, "time_us": {"median": 2.0 + i, "min": 1.0, "max": 3.0 + i, "n": 10,
                                                  "interleaved_with": len(entries) - 1},

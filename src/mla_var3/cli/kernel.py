@@ -90,6 +90,8 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                                     "comparisons, and/or/not)")
     ap.add_argument("--rep_ms", type=float, default=100.0, help="timing budget per measurement (ms); the energy per "
                     "call (mJ) is read only from replays of about 300 ms or more (NVML's counter moves every ~100 ms)")
+    ap.add_argument("--replays", type=int, default=10, help="timed rounds per problem (each plan's graph once per "
+                    "round, interleaved); more rounds when the samples split into a fast and a slow mode")
     ap.add_argument("--device", choices=("cuda", "cpu"), help="where to check (torch kernels can run on cpu)")
     for kind in kinds:
         kind.add_cli_args(ap)
@@ -360,8 +362,8 @@ def cmd_bench(names, problems, args, kind) -> int:
                 continue
             plans.append(plan)
         # every plan of this problem timed in turn (one clock and power history for all of them)
-        timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, tune=args.autotune,
-                                   isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
+        timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, replays=args.replays,
+                                   tune=args.autotune, isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
                                    tilings=[user_tiling(args, p, names, problem, device) for p in plans]) if plans else []
         for rec in timed:
             records.append(rec, args.records)
@@ -422,6 +424,8 @@ def check_flags(args) -> None:
         raise UsageError(f"--seed: expected 0..{MAX_SEED}, got {args.seed}")
     if not 0 < args.rep_ms <= 60_000:
         raise UsageError(f"--rep_ms: expected a timing budget in (0, 60000] ms, got {args.rep_ms:g}")
+    if not 3 <= args.replays <= 1000:
+        raise UsageError(f"--replays: expected 3..1000 timed rounds, got {args.replays}")
     for flag, value, prof in (("--ncu-set", args.ncu_set, "ncu"), ("--ncu-rep", args.ncu_rep or None, "ncu"),
                               ("--racecheck-detail", args.racecheck_detail or None, "sanitize"),
                               ("--timeline-ctas", args.timeline_ctas, "timeline"),

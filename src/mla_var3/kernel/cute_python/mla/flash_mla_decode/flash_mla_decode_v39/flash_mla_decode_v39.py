@@ -188,7 +188,6 @@ class FlashMlaDecodeV39(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (refill_warps=4 compiles for sm_90a only)"
     summary = "CuTe DSL: v36 with refill_warps=4 (each producer warp a quarter of every tile) where a CTA loads alone"
 
     def supports(self, problem) -> list[str]:
