@@ -336,3 +336,26 @@ def test_report_ratios_clocks_show_energy_per_call_and_its_ratio(tmp_path, capsy
     del ours["clocks_during"]["mj_per_call"]      # the first kernel's record predates the field: no ratio
     _, row = _clocks_table(tmp_path, capsys, ours, peer)
     assert row.endswith("| 1650 | 1650 | 1.000 | - | 224.0 | - |")
+
+
+def test_report_ratios_stat_shows_the_fast_mode_beside_the_median(tmp_path, capsys):
+    """--ratios --stat median,p10: each cell 'median / p10' (nearest rank over time_us.samples). Two
+    kernels with the same fast mode but a median in the slow one for the second read 1.100 / 1.000."""
+    a = _problem(1, 16, 1024)
+    one, two = _bench("k_new", "d", 2, "cute-dsl", a, 100.0), _bench("k_old", "d", 1, "cute-dsl", a, 80.0)
+    one["time_us"].update(median=100.0, samples=[100.0] * 10)
+    two["time_us"].update(median=110.0, samples=[100.0] * 3 + [110.0] * 7)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (one, two)))
+    argv = ["--records", str(path), "--ratios", "--kernel", "k_new", "--kernel", "k_old"]
+    assert report.main(argv + ["--stat", "median,p10"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert next(x for x in out if x.startswith("| problem")).endswith("| k_old / k_new (median / p10) |")
+    assert next(x for x in out if x.startswith("| b=")).endswith("| 100.0 / 100.0 | 110.0 / 100.0 | 1.100 / 1.000 |")
+    assert report.time_stat(two, "p25") == 100.0 and report.time_stat(two, "min") == two["time_us"]["min"]
+    del two["time_us"]["samples"]
+    assert report.time_stat(two, "p10") is None
+    assert _report_refuses(capsys, argv + ["--stat", "p5"]) == \
+        "error: --stat: expected one or more of median, min, p10, p25, comma-separated, got 'p5'"
+    assert _report_refuses(capsys, ["--records", str(path), "--stat", "p10"]) == \
+        "error: --stat: only with --ratios (the bench table shows medians)"

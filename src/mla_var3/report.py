@@ -9,6 +9,7 @@ also writes D's roofline and version-progress PNGs (mla_var3.plots) and prints t
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from mla_var3.errors import UsageError, guarded
@@ -48,7 +49,26 @@ def bench_rows(recs: list[dict], baseline: str | None = None, order: list[str] |
     return rows
 
 
-def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool = False) -> str:
+STATS = ("median", "min", "p10", "p25")
+
+
+def time_stat(rec: dict, stat: str) -> float | None:
+    """One statistic of a bench record's per-call times (us): the median or minimum it keeps, or a
+    nearest-rank percentile (p10, p25) of its `time_us.samples`. A low percentile reads a clock-bound
+    kernel's fast mode when the power cap splits its replays into two
+    (docs/knowledge/anti-patterns/short-median-of-a-clock-bound-kernel.md)."""
+    t = rec["time_us"]
+    if stat in ("median", "min"):
+        return t.get(stat)
+    samples = sorted(t.get("samples") or [])
+    if not samples:
+        return None
+    k = max(0, math.ceil(int(stat[1:]) / 100 * len(samples)) - 1)
+    return samples[k]
+
+
+def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool = False,
+                stats: tuple[str, ...] = ("median",)) -> str:
     """The side-by-side comparison a devlog section quotes: one row per problem, each kernel's
     median time, then each other kernel's time over the first's (> 1: the first is faster).
     Kernels in `order` (default: as they first appear); problems missing a kernel show '-'.
@@ -57,23 +77,27 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
     the same work) from more cycles; then each kernel's energy per call (mJ) and each other
     kernel's over the first's: at the power cap, the kernel spending more energy per call is the
     one given the lower clock (records without `clocks_during`, or from before it kept
-    `mj_per_call`, show '-')."""
+    `mj_per_call`, show '-'). `stats` (of `STATS`): the time statistics shown, several as "a / b"
+    in each cell; the clock columns use the first."""
     latest = {(r["problem_key"], r["kernel"]): r for r in latest_records(recs) if r.get("kind") in ("bench", "peer")}
     seen = list(dict.fromkeys(k for _, k in latest))
     kernels = kernel_order(seen, order)
     if not kernels:
         return "(no records)"
     first, others = kernels[0], kernels[1:]
-    heads = ["problem"] + [f"{k} us" for k in kernels] + [f"{k} / {first}" for k in others]
+    tag = "" if tuple(stats) == ("median",) else f" ({' / '.join(stats)})"
+    heads = ["problem"] + [f"{k} us{tag}" for k in kernels] + [f"{k} / {first}{tag}" for k in others]
     if clocks:
         heads += [f"{k} MHz" for k in kernels] + [f"{k} / {first} cycles" for k in others]
         heads += [f"{k} mJ" for k in kernels] + [f"{k} / {first} energy" for k in others]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for pk in dict.fromkeys(p for p, _ in latest):
         rows = [latest.get((pk, k)) for k in kernels]
-        times = [r["time_us"]["median"] if r else None for r in rows]
-        cells = [pk] + [f"{t:.1f}" if t else "-" for t in times]
-        cells += [f"{t / times[0]:.3f}" if t and times[0] else "-" for t in times[1:]]
+        by_stat = [[time_stat(r, st) if r else None for r in rows] for st in stats]
+        times = by_stat[0]
+        cells = [pk] + [" / ".join(f"{ts[i]:.1f}" if ts[i] else "-" for ts in by_stat) for i in range(len(rows))]
+        cells += [" / ".join(f"{ts[i] / ts[0]:.3f}" if ts[i] and ts[0] else "-" for ts in by_stat)
+                  for i in range(1, len(rows))]
         if clocks:
             during = [(r or {}).get("clocks_during") or {} for r in rows]
             mhz = [d.get("sm_mhz") for d in during]
@@ -249,12 +273,20 @@ def _main(argv=None) -> int:
                                                           "timed replays and the ratios in SM cycles, "
                                                           "and its energy per call (mJ) and the ratios "
                                                           "in energy")
+    ap.add_argument("--stat", default="median", help="with --ratios: the time statistics, comma-separated, of "
+                                                     f"{', '.join(STATS)} (e.g. median,p10: both in each cell)")
     ap.add_argument("--metric", default="pct_roofline", help="progress plot's y: pct_roofline (default), "
                                                              "pct_datasheet, tflops, gbps or time")
     args = ap.parse_args(argv)
     from mla_var3 import plots
     if args.metric not in plots.METRICS:
         raise UsageError(f"--metric: expected one of {', '.join(plots.METRICS)}, got {args.metric!r}")
+    stats = tuple(x.strip() for x in args.stat.split(","))
+    bad = [x for x in stats if x not in STATS]
+    if bad or not stats:
+        raise UsageError(f"--stat: expected one or more of {', '.join(STATS)}, comma-separated, got {args.stat!r}")
+    if stats != ("median",) and not args.ratios:
+        raise UsageError("--stat: only with --ratios (the bench table shows medians)")
     recs = records.load(args.records)
     if args.kernel:
         recs = [r for r in recs if r["kernel"] in args.kernel]
@@ -274,7 +306,7 @@ def _main(argv=None) -> int:
         targets = [out / f"{design}_roofline.png", out / f"{design}_progress.png"]
         writable_dir("--out", out, targets)
     print(run_context(recs))
-    print(ratio_table(recs, args.kernel, clocks=args.clocks) if args.ratios else markdown_table(bench_rows(recs)))
+    print(ratio_table(recs, args.kernel, clocks=args.clocks, stats=stats) if args.ratios else markdown_table(bench_rows(recs)))
     if args.plots:
         try:
             roof = plots.roofline_plot(recs, targets[0], design=design)
