@@ -478,3 +478,18 @@ def test_autotune_on_request_retunes_past_a_cached_winner_and_stores_the_new_one
     assert best == new and len(seen) == 1 and not seen[0].cached and len(seen[0].trials) == 2
     assert autotune.lookup(plan, problem, h200.name) == new                  # stored for later runs
     assert jobs.choose_tiling(plan, problem, h200) == new                    # a plain bench picks it up
+
+
+def test_two_modes_finds_a_fast_and_a_slow_mode_and_nothing_in_one_mode():
+    """bench.two_modes: replays split across a jump of more than 3%, each side with a fifth of them
+    (ct v4's b=128 s_q=1 h_q=16 4096 cell: 238-240 us and 252-264 us); one mode with noise, or a
+    single slow outlier among ten, is not two modes; the CLI's bench line says so."""
+    from mla_var3.cli.kernel import modes_note
+    from mla_var3.runtime import bench
+    split = [238.5, 252.4, 239.0, 262.6, 250.3, 239.3, 252.1, 253.4, 238.9, 253.3]
+    fast, slow, share = bench.two_modes(split)
+    assert fast == pytest.approx(238.95) and slow == pytest.approx(252.85) and share == pytest.approx(0.6)
+    assert modes_note({"samples": split}) == "  [two modes: 239.0 and 252.9 us, 60% slow; compare with --stat p10]"
+    assert bench.two_modes([145.0 + 0.1 * i for i in range(10)]) is None          # 1% of spread: one mode
+    assert bench.two_modes([145.0] * 9 + [170.0]) is None                          # one outlier of ten
+    assert bench.two_modes([1.0, 2.0]) is None and modes_note({}) == ""            # too few samples to say

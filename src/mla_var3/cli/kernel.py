@@ -369,7 +369,7 @@ def cmd_bench(names, problems, args, kind) -> int:
             records.append(rec, args.records)
             recs.append(rec)
             print(f"  {rec['kernel']:26} {problem.key():44} {rec['time_us']['median']:9.1f} us"
-                  f"{clock_note(rec.get('clocks_during'))}", flush=True)
+                  f"{clock_note(rec.get('clocks_during'))}{modes_note(rec['time_us'])}", flush=True)
         if args.compare and problem.key() not in report.live_peer_problems(recs):
             recs += problem.peer_records(device)
     print()
@@ -387,6 +387,18 @@ def clock_note(during: dict | None) -> str:
         return ""
     energy = f", {during['mj_per_call']:.1f} mJ/call" if during.get("mj_per_call") else ""
     return f"  at {during['sm_mhz']:.0f} MHz, {during['power_w']:.0f} W{energy}"
+
+
+def modes_note(time_us: dict) -> str:
+    """The bench line's warning when the replays split into a fast and a slow mode (bench.two_modes):
+    the median is then a draw between them; the fast mode compares such kernels
+    (`report --ratios --stat median,p10`, more rounds with --replays)."""
+    from mla_var3.runtime import bench
+    modes = bench.two_modes(time_us.get("samples") or [])
+    if modes is None:
+        return ""
+    fast, slow, share = modes
+    return f"  [two modes: {fast:.1f} and {slow:.1f} us, {share:.0%} slow; compare with --stat p10]"
 
 
 def tune_reporter(records_dir):

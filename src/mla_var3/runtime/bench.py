@@ -75,6 +75,30 @@ def bench_rotating(kern, sets, rep_ms: float = 100.0, rotated_bytes: int = 0) ->
 WARMUP_ROUNDS = 1       # untimed interleaved rounds first: no plan's first sample follows the build's idle gap
 
 
+MODE_GAP = 0.03         # a jump of 3% between neighbouring sorted samples splits two modes
+MODE_SHARE = 0.2        # ... when each side holds at least a fifth of the samples
+
+
+def two_modes(samples: list[float]) -> tuple[float, float, float] | None:
+    """(fast mode, slow mode, share of samples in the slow one) when the samples split into two
+    groups across a jump of more than MODE_GAP, each group holding at least MODE_SHARE of them;
+    else None. At the power cap a kernel that follows the SM clock does this, and its median is
+    then whichever mode it drew more often
+    (docs/knowledge/anti-patterns/short-median-of-a-clock-bound-kernel.md)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n < 5:
+        return None
+    gaps = [(xs[i + 1] / xs[i] - 1.0, i) for i in range(n - 1) if xs[i] > 0]
+    if not gaps:
+        return None
+    gap, i = max(gaps)
+    lo, hi = xs[:i + 1], xs[i + 1:]
+    if gap <= MODE_GAP or min(len(lo), len(hi)) < MODE_SHARE * n:
+        return None
+    return statistics.median(lo), statistics.median(hi), len(hi) / n
+
+
 def interleaved_samples(replays: list, rounds: int, warmup_rounds: int = WARMUP_ROUNDS) -> list[list[float]]:
     """Call each of `replays` (one per plan: a timed replay, returning its time) once per round,
     the starting plan rotating each round, so every plan sees the same drift in clocks, power
