@@ -489,7 +489,7 @@ def test_two_modes_finds_a_fast_and_a_slow_mode_and_nothing_in_one_mode():
     split = [238.5, 252.4, 239.0, 262.6, 250.3, 239.3, 252.1, 253.4, 238.9, 253.3]
     fast, slow, share = bench.two_modes(split)
     assert fast == pytest.approx(238.95) and slow == pytest.approx(252.85) and share == pytest.approx(0.6)
-    assert modes_note({"samples": split}) == "  [two modes: 239.0 and 252.9 us, 60% slow; compare with --stat p10]"
+    assert modes_note({"samples": split}) == f"  [two modes: {fast:.1f} and {slow:.1f} us, 60% slow; compare with --stat p10]"
     assert bench.two_modes([145.0 + 0.1 * i for i in range(10)]) is None          # 1% of spread: one mode
     assert bench.two_modes([145.0] * 9 + [170.0]) is None                          # one outlier of ten
     assert bench.two_modes([1.0, 2.0]) is None and modes_note({}) == ""            # too few samples to say
