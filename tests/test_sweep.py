@@ -422,7 +422,7 @@ def test_worker_benchmarks_records_and_survives_a_failed_job(tmp_path, monkeypat
     from mla_var3.runtime import bench, devices
     h200 = replace(devices.load_devices()["H200"], name="NVIDIA H200")
 
-    def fake_bench(entries, problem, device, *, seed=0, rep_ms=100.0):
+    def fake_bench(entries, problem, device, *, seed=0, rep_ms=100.0, replays=10):
         if problem.s_q == 2:
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
         return [{"tiling_obj": None, "time_us": {"median": 2.0, "min": 1.0, "max": 3.0, "n": 5}, "tflops": 1.0,
