@@ -32,8 +32,7 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
 
 
 def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.0, replays: int = bench.REPLAYS,
-                  tune: bool = False,
-                  tilings=None, isolate: bool = True, on_tuned=None, **extra) -> list[dict]:
+                  tune: bool = False, tilings=None, isolate: bool = True, on_tuned=None, **extra) -> list[dict]:
     """Benchmark several plans on one problem, timed interleaved (runtime/bench.bench_plans: the
     same clock and power history for each), and return their records in the order given.
     `tilings` (one per plan, None = the plan's choice) win over autotune and the cached winners."""
@@ -47,8 +46,8 @@ def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.
                         else choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms, isolate=isolate,
                                            on_tuned=on_tuned)))
     out = []
-    for (plan, _), fields in zip(entries, bench.bench_plans(entries, problem, device, seed=seed, rep_ms=rep_ms,
-                                                                     replays=replays)):
+    timed = bench.bench_plans(entries, problem, device, seed=seed, rep_ms=rep_ms, replays=replays)
+    for (plan, _), fields in zip(entries, timed):
         rec = records.make_record("bench", plan, fields.pop("tiling_obj"), problem, **fields, **extra)
         records.validate_record(rec)
         out.append(rec)

@@ -85,7 +85,7 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
     if not kernels:
         return "(no records)"
     first, others = kernels[0], kernels[1:]
-    tag = "" if tuple(stats) == ("median",) else f" ({' / '.join(stats)})"
+    tag = "" if stats == ("median",) else f" ({' / '.join(stats)})"
     heads = ["problem"] + [f"{k} us{tag}" for k in kernels] + [f"{k} / {first}{tag}" for k in others]
     if clocks:
         heads += [f"{k} MHz" for k in kernels] + [f"{k} / {first} cycles" for k in others]
@@ -282,8 +282,7 @@ def _main(argv=None) -> int:
     if args.metric not in plots.METRICS:
         raise UsageError(f"--metric: expected one of {', '.join(plots.METRICS)}, got {args.metric!r}")
     stats = tuple(x.strip() for x in args.stat.split(","))
-    bad = [x for x in stats if x not in STATS]
-    if bad or not stats:
+    if any(x not in STATS for x in stats):
         raise UsageError(f"--stat: expected one or more of {', '.join(STATS)}, comma-separated, got {args.stat!r}")
     if stats != ("median",) and not args.ratios:
         raise UsageError("--stat: only with --ratios (the bench table shows medians)")
