@@ -269,6 +269,26 @@ def test_page_size_in_key_dict_and_cli():
         mla.MlaDecodeProblem(b=2, seqlen=100).footprint_bytes()           # 7 pages of 16 rows, not 2 of 64
 
 
+def test_sequential_page_order_lays_each_sequence_out_contiguously():
+    """--page_order sequential: the same lengths and values' contract, each sequence's pages one
+    run in order (DRAM locality of a large page); it shows in the key and the record, not in the
+    static key (no kernel compiles for it)."""
+    p = mla.MlaDecodeProblem(b=3, s_q=1, h_q=4, seqlens=(40, 1, 33), page_size=16, page_order="sequential")
+    x = mla.make_inputs(p, seed=0)
+    assert x.block_table.tolist() == [[0, 1, 2], [3, mla.INVALID_PAGE, mla.INVALID_PAGE], [6, 7, 8]]
+    assert torch.isnan(x.kv_cache[2, 8:]).all() and not torch.isnan(x.kv_cache[2, :8]).any()
+    assert torch.isnan(x.kv_cache[4]).all(), "pages no sequence uses stay NaN"
+    mla.validate_inputs(x)
+    mla.validate_values(x)
+    assert p.key() == "b=3,s_q=1,h_q=4,seqlens=40,1,33,page_size=16,page_order=sequential"
+    assert p.static_key() == "s_q=1,h_q=4,page_size=16"
+    assert mla.MlaDecodeProblem.from_dict(p.to_dict()) == p
+    assert p.small_variant().page_order == "sequential"
+    assert torch.isfinite(mla.reference(x)[0]).all()
+    with pytest.raises(mla.ProblemError, match=r"^page_order: expected one of random, sequential, got 'zigzag'$"):
+        mla.MlaDecodeProblem(b=1, seqlen=4, page_order="zigzag")
+
+
 RECORDS = sorted((Path(__file__).resolve().parents[1] / "records").glob("*.jsonl"))
 
 

@@ -23,6 +23,7 @@ D_QK = 576          # 512 latent + 64 rope
 D_V = 512           # values are the first 512 dims of the same cache rows
 PAGE_SIZE = 64      # rows per page of the paged cache: the default, and FlashMLA's only one
 PAGE_SIZES = (16, 32, 64)   # page sizes a problem may have (MlaDecodeProblem.page_size)
+PAGE_ORDERS = ("random", "sequential")   # where a sequence's pages lie in the cache (page_order)
 H_KV = 1
 INVALID_PAGE = 2147480000   # FlashMLA's poison for block_table entries past a sequence's end
 MAX_SEQLEN = 1 << 20
@@ -71,7 +72,9 @@ class MlaDecodeInputs:
 @dataclass(frozen=True)
 class MlaDecodeProblem(Problem):
     """One decode call. `seqlen` is the mean length; `seqlens` (explicit) wins over it;
-    `page_size` is the cache's rows per page (16, 32 or 64; FlashMLA's is 64).
+    `page_size` is the cache's rows per page (16, 32 or 64; FlashMLA's is 64). `page_order`
+    places each sequence's pages: "random" (FlashMLA's test; the default) or "sequential" (one
+    contiguous run per sequence), to separate DRAM locality from a kernel's per-page work.
 
     varlen draws lengths as FlashMLA's test does: max(N(seqlen, seqlen/2), s_q) with the seed.
     """
@@ -87,6 +90,7 @@ class MlaDecodeProblem(Problem):
     seqlens: tuple[int, ...] | None = None
     softmax_scale: float | None = None   # None: 576 ** -0.5
     page_size: int = PAGE_SIZE           # rows per page of the paged cache: 16, 32 or 64
+    page_order: str = "random"           # "random" or "sequential" (PAGE_ORDERS)
 
     def __post_init__(self):
         if self.seqlens is not None:
@@ -106,6 +110,8 @@ class MlaDecodeProblem(Problem):
         need(0 <= self.seqlen <= MAX_SEQLEN, f"seqlen: expected 0..{MAX_SEQLEN}, got {self.seqlen}")
         need(self.page_size in PAGE_SIZES,
              f"page_size: expected one of {', '.join(map(str, PAGE_SIZES))} (rows per cache page), got {self.page_size}")
+        need(self.page_order in PAGE_ORDERS,
+             f"page_order: expected one of {', '.join(PAGE_ORDERS)}, got {self.page_order!r}")
         if self.seqlens is not None:
             need(len(self.seqlens) == self.b,
                  f"seqlens: expected {self.b} lengths (one per sequence, b={self.b}), got {len(self.seqlens)}")
@@ -144,18 +150,21 @@ class MlaDecodeProblem(Problem):
         return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{self._page_label()}{scale}"
 
     def _page_label(self) -> str:
-        """",page_size=N" when not FlashMLA's 64: keys (and tables) of page-64 problems read as
-        they did before problems had a page size."""
-        return "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
+        """",page_size=N" when not FlashMLA's 64 (and ",page_order=sequential" when not random):
+        keys (and tables) of default problems read as they did before problems had these."""
+        size = "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
+        return size + ("" if self.page_order == PAGE_ORDERS[0] else f",page_order={self.page_order}")
 
     def static_key(self) -> str:
-        # b and lengths are dynamic in every kernel; the page size may be a compile-time constant
-        return f"s_q={self.s_q},h_q={self.h_q}{self._page_label()}"
+        # b, lengths and page order are dynamic in every kernel; the page size may be a compile-time constant
+        size = "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
+        return f"s_q={self.s_q},h_q={self.h_q}{size}"
 
     def to_dict(self) -> dict:
         return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
                 "varlen": self.varlen, "seqlens": list(self.seqlens) if self.seqlens else None,
-                "softmax_scale": self.softmax_scale, "scale": self.scale, "page_size": self.page_size}
+                "softmax_scale": self.softmax_scale, "scale": self.scale, "page_size": self.page_size,
+                "page_order": self.page_order}
 
     @classmethod
     def from_dict(cls, d: dict) -> "MlaDecodeProblem":
@@ -165,7 +174,7 @@ class MlaDecodeProblem(Problem):
             scale = None
         return cls(b=d["b"], s_q=d["s_q"], h_q=d["h_q"], seqlen=d["seqlen"], varlen=d.get("varlen", False),
                    seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale,
-                   page_size=d.get("page_size", PAGE_SIZE))
+                   page_size=d.get("page_size", PAGE_SIZE), page_order=d.get("page_order", PAGE_ORDERS[0]))
 
     # ---- data -------------------------------------------------------------------------------
     def make_inputs(self, seed: int = 0, device="cpu", dist: str = "default",
@@ -211,7 +220,8 @@ class MlaDecodeProblem(Problem):
         """Same s_q and h_q; an empty-ish, a mid and a long sequence with partial last pages, so
         split schedules and the combine run."""
         return MlaDecodeProblem(b=3, s_q=self.s_q, h_q=self.h_q, seqlens=(1, 700, 1300),
-                                softmax_scale=self.softmax_scale, page_size=self.page_size)
+                                softmax_scale=self.softmax_scale, page_size=self.page_size,
+                                page_order=self.page_order)
 
     def footprint_bytes(self) -> int:
         """q + paged cache (+ its float32 draw, made before the bf16 copy) + block table + out and
@@ -243,10 +253,14 @@ class MlaDecodeProblem(Problem):
         g.add_argument("--seqlens", type=str, help="explicit lengths, comma-separated (sets b)")
         g.add_argument("--page_size", type=int, dest="page_size",
                        help=f"rows per page of the paged cache: {', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})")
+        g.add_argument("--page_order", choices=PAGE_ORDERS, dest="page_order",
+                       help="where each sequence's pages lie: random (default, FlashMLA's test) or "
+                            "sequential (one contiguous run per sequence: DRAM locality of a large page)")
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> list["MlaDecodeProblem"] | None:
-        given = {k: getattr(args, k, None) for k in DIMENSION_FLAGS if getattr(args, k, None) is not None}
+        given = {k: getattr(args, k, None) for k in DIMENSION_FLAGS + ("page_order",)
+             if getattr(args, k, None) is not None}
         if getattr(args, "seqlens", None) is not None:
             try:
                 lens = tuple(int(x) for x in args.seqlens.split(",") if x.strip())
@@ -278,7 +292,8 @@ def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.de
                 dtype: torch.dtype = torch.bfloat16, peaked: bool = False,
                 data_seed: int | None = None) -> MlaDecodeInputs:
     """Inputs as FlashMLA's test draws them: N(0, 0.1^2) clamped to [-1, 1] ("peaked": N(0, 1)),
-    pages in random order, cache rows past each length NaN, block-table entries past it invalid.
+    pages in random order ("sequential": each sequence's pages one contiguous run, in order),
+    cache rows past each length NaN, block-table entries past it invalid.
     Lengths come from `seed`; values and page order from `data_seed` (default: seed), so
     benchmark sets share lengths (and FLOPs) but not data."""
     seqlens = problem.resolve_seqlens(seed)
@@ -297,7 +312,8 @@ def make_inputs(problem: MlaDecodeProblem, seed: int = 0, device: str | torch.de
 
     q = draw((b, s_q, h_q, D_QK))
     kv = draw((num_blocks, page, H_KV, D_QK))
-    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(data_seed + 2))
+    perm = (torch.randperm(num_blocks, generator=torch.Generator().manual_seed(data_seed + 2))
+            if problem.page_order == "random" else torch.arange(num_blocks))
     block_table = perm.to(torch.int32).view(b, max_blocks).clone()
     used = torch.zeros(num_blocks, dtype=torch.bool)
     for i, s in enumerate(seqlens):
