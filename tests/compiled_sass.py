@@ -33,14 +33,15 @@ def small_decode(page_size: int = 64, varlen: bool = False):
     return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size, varlen=varlen)
 
 
-def default_kernel(version: str, problem):
-    """`version`'s runtime kernel for `problem` at its default tiling, built on the CPU (a
-    quarantined version too: the compiled-code tests are how a new version is checked first)."""
+def default_kernel(version: str, problem, tiling=None):
+    """`version`'s runtime kernel for `problem` at `tiling` (default: its default tiling), built on
+    the CPU (a quarantined version too: the compiled-code tests are how a new version is checked
+    first)."""
     old = os.environ.get(kernel_plan.QUARANTINE_ENV)
     os.environ[kernel_plan.QUARANTINE_ENV] = "1"
     try:
         plan = registry.get_plan(version)
-        return plan.plan(problem.make_inputs(seed=0, device="cpu"), plan.default_tiling(problem))
+        return plan.plan(problem.make_inputs(seed=0, device="cpu"), tiling or plan.default_tiling(problem))
     finally:
         if old is None:
             os.environ.pop(kernel_plan.QUARANTINE_ENV)
@@ -48,10 +49,10 @@ def default_kernel(version: str, problem):
             os.environ[kernel_plan.QUARANTINE_ENV] = old
 
 
-def split_opcode_counts(version: str, problem) -> collections.Counter:
-    """Opcode -> count in `version`'s split kernel for `problem` at its default tiling, compiled on
-    the CPU."""
-    return collections.Counter(opcodes(stage_sass(default_kernel(version, problem), "split")))
+def split_opcode_counts(version: str, problem, tiling=None) -> collections.Counter:
+    """Opcode -> count in `version`'s split kernel for `problem` at `tiling` (default: its default
+    tiling), compiled on the CPU."""
+    return collections.Counter(opcodes(stage_sass(default_kernel(version, problem, tiling), "split")))
 
 
 def stage_mlir(kern, name: str) -> str:
