@@ -12,6 +12,7 @@
     --json=PATH  --records=DIR (default runs/)  --devlog [--docs-dir DIR]
     --prof_type=disabled|annotation|ncu|sanitize|timeline
     --prof_type=ncu --ncu-set=detail [--ncu-rep]  stall reasons, scheduler, bank conflicts, sectors; keep the .ncu-rep
+    --prof_type=ncu --ncu-set=source             where the warps were sampled, per SASS instruction (mbarrier waits named)
     --prof_type=timeline [--timeline-ctas=4]     in-kernel phase timeline (CuTe DSL) -> Chrome trace JSON + PNG
 The dimension flags (--b, --h_q, ...) are those of the kernel's problem kind.
 """
@@ -61,9 +62,11 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
                     help="annotation: NVTX ranges kernel:config:phase; ncu: metrics per launched kernel; "
                          "sanitize: compute-sanitizer memcheck + racecheck on a small problem; "
                          "timeline: an instrumented build records phase timestamps (CuTe DSL)")
-    ap.add_argument("--ncu-set", dest="ncu_set", choices=("basic", "detail"),
+    ap.add_argument("--ncu-set", dest="ncu_set", choices=("basic", "detail", "source"),
                     help="with --prof_type=ncu: basic (default) or detail (+ warp stall reasons, eligible/issued "
-                         "warps per scheduler, issue slots, smem bank conflicts, L2/DRAM sectors)")
+                         "warps per scheduler, issue slots, smem bank conflicts, L2/DRAM sectors) or source "
+                         "(warp samples per SASS instruction: stall reasons, mbarrier waits, the top instructions; "
+                         "the CSV kept under <records>/ncu/)")
     ap.add_argument("--ncu-rep", dest="ncu_rep", action="store_true",
                     help="with --prof_type=ncu: also record an ncu report (--set full) under <records>/ncu/ for the GUI")
     ap.add_argument("--racecheck-detail", dest="racecheck_detail", action="store_true",

@@ -82,11 +82,55 @@ def report_path(records_dir: str, name: str, problem) -> str:
     return str(folder / f"{name}_{re.sub(r'[^A-Za-z0-9_.,=+-]', '_', problem.key())}")
 
 
+def cmd_ncu_source(names, problem, args, ncu: str) -> int:
+    """--ncu-set=source: ncu's warp samples per SASS instruction for each version (runtime/ncu_source.py),
+    the CSV kept gzipped under <records>/ncu/, a summary printed and recorded; two versions compared."""
+    import gzip
+    from pathlib import Path
+
+    from mla_var3.runtime import ncu_source, records, registry
+    rc, summaries = 0, []
+    for name in names:
+        plan = registry.get_plan(name)
+        tiling = choose_tiling(plan, problem)
+        prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
+        report = report_path(args.records, name, problem) + ".source"
+        record, export = profiling.ncu_source_commands(inner_argv(name, problem, "ncu", args.seed), prefix, report,
+                                                       tool=ncu)
+        t0 = time.perf_counter()
+        code, text = _run_tool(record)
+        save_tool_log(args, text)
+        ecode, csv_text = _run_tool(export) if code == 0 else (code, "")
+        kernels = ncu_source.merge_launches(ncu_source.parse_source_csv(csv_text))
+        if code != 0 or ecode != 0 or not kernels:
+            rc = 1
+            tail = "\n".join((text if code else csv_text).strip().splitlines()[-8:])
+            print(f"{name}: ncu source counters {'failed (rc=%d)' % (code or ecode) if code or ecode else 'profiled no kernel'}:"
+                  f"\n{tail}", file=sys.stderr)
+            continue
+        csv_path = Path(report + ".csv.gz")
+        csv_path.write_bytes(gzip.compress(csv_text.encode()))
+        sums = [ncu_source.summarize(k) for k in kernels]
+        print(f"{name} {problem.key()}: ncu --clock-control none, source counters -> {csv_path}")
+        for s in sums:
+            print(ncu_source.format_summary(s))
+        summaries.append((name, sums[0]))
+        rec = records.make_record("profile", plan, tiling, problem, prof_type="ncu", ncu_set="source",
+                                  rows=sums, source_csv=str(csv_path), wall_s=time.perf_counter() - t0, tool_rc=code)
+        records.append(rec, args.records)
+    if len(summaries) == 2:
+        (na, a), (nb, b) = summaries
+        print("\n" + ncu_source.format_compare(a, b, labels=(na[-10:], nb[-10:])))
+    return rc
+
+
 def cmd_ncu(names, problems, args, kind) -> int:
     from mla_var3.cli import ncu_view
     from mla_var3.runtime import records, registry
     ncu = profiling.find_tool("ncu")            # a missing tool is said before any work
     problem = (problems or [kind.default_problem()])[0]
+    if getattr(args, "ncu_set", "basic") == "source":
+        return cmd_ncu_source(names, problem, args, ncu)
     detail = getattr(args, "ncu_set", "basic") == "detail"
     table, recs, rc = [], [], 0
     for name in names:

@@ -170,6 +170,18 @@ def ncu_report_command(inner_argv: list[str], range_prefix: str, report: str, to
             "-o", report, sys.executable, "-m", "mla_var3.kernel", *inner_argv]
 
 
+def ncu_source_commands(inner_argv: list[str], range_prefix: str, report: str,
+                        launches: int = DEFAULT_LAUNCHES, tool: str = "ncu") -> tuple[list[str], list[str]]:
+    """--ncu-set=source: (record the run's warp-state samples per instruction into `<report>.ncu-rep`,
+    export that report's source page as CSV on stdout). See runtime/ncu_source.py."""
+    record = [tool, "--clock-control", "none", "--target-processes", "all", "--section", "SourceCounters",
+              "--section", "WarpStateStats", "--import-source", "yes", "--nvtx", "--nvtx-include",
+              f"{range_prefix}:profile/", "--launch-count", str(200 * launches), "-f", "-o", report,
+              sys.executable, "-m", "mla_var3.kernel", *inner_argv]
+    export = [tool, "--import", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]
+    return record, export
+
+
 def _to_float(text: str) -> float | None:
     text = text.strip().replace(",", "")
     if text in ("", "n/a", "N/A"):

@@ -1,0 +1,102 @@
+"""--prof_type=ncu --ncu-set=source on the CPU: the source-page CSV parser, the launch merge, the
+mbarrier-wait pairing and the summary (fixture: rows of flash_mla_decode_v36's split kernel at page
+16, two launches, from ncu 2025.3 on the H200, 2026-12-03), and the CLI run with ncu faked."""
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from mla_var3.cli.kernel import main
+from mla_var3.runtime import ncu_source, profiling
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ncu_source_h200_v36_page16.csv"
+V36, V40 = "flash_mla_decode_v36", "flash_mla_decode_v40"
+
+
+def _kernels():
+    return ncu_source.parse_source_csv(FIXTURE.read_text())
+
+
+def test_parser_reads_each_launch_with_its_samples_and_stall_reasons():
+    ks = _kernels()
+    assert len(ks) == 2 and all(len(k.rows) == 52 for k in ks)
+    assert ks[0].name.startswith("kernel_cutlass_flash_mla_decode_v36_kernel")
+    wait = ks[0].rows[9]
+    assert wait.source.startswith("@!P0  BRA") and wait.samples == 3332 and wait.executed == 15872
+    assert wait.stalls == {"long_sb": 3330, "wait": 2}                  # the "(Not Issued)" columns left out
+    assert ks[0].rows[8].opcode == "SYNCS.PHASECHK.TRANS64.TRYWAIT" and wait.opcode == "BRA"
+
+
+def test_launches_of_one_kernel_merge_row_by_row():
+    ks = _kernels()
+    (m,) = ncu_source.merge_launches(ks)
+    assert m.launches == 2 and len(m.rows) == 52
+    assert m.rows[9].samples == ks[0].rows[9].samples + ks[1].rows[9].samples
+    assert m.rows[9].executed == 2 * 15872
+    assert m.samples == pytest.approx(ks[0].samples + ks[1].samples)
+    assert ks[0].rows[9].samples == 3332, "merging leaves the parsed launches alone"
+
+
+def test_mbarrier_waits_pair_the_branch_with_its_try_wait():
+    (m,) = ncu_source.merge_launches(_kernels())
+    waits = ncu_source.mbarrier_waits(m)
+    # the producer's empty-barrier wait and two chunk barriers of the math warps; the `@P1 BRA`
+    # right after the first loop is not a wait (another predicate)
+    assert [(w["index"], w["barrier"]) for w in waits] == [(9, "[R14+URZ+0x98]"), (21, "[R18+URZ+0x10]"),
+                                                            (47, "[R18+URZ+0x18]")]
+    s = ncu_source.summarize(m, top=3)
+    assert [w["index"] for w in s["waits"]] == [9, 47, 21]              # largest first
+    assert s["mbarrier_wait_pct"] == pytest.approx(sum(w["pct"] for w in s["waits"]))
+    assert list(s["reasons_pct"])[0] == "long_sb" and sum(s["reasons_pct"].values()) == pytest.approx(100, abs=0.5)
+    assert [t["index"] for t in s["top"]] == [9, 47, 21]
+    text = ncu_source.format_summary(s, top=3)
+    assert "mbarrier waits: 95.1% of the samples" in text and "[R14+URZ+0x98]" in text
+    both = ncu_source.format_compare(s, s, labels=("p16", "p16"))
+    assert both.splitlines()[0].split() == ["p16", "p16"] and "stall long_sb %" in both
+
+
+def test_module_cli_reads_gzip_and_compares_two(tmp_path, capsys):
+    gz = tmp_path / "a.csv.gz"
+    gz.write_bytes(gzip.compress(FIXTURE.read_bytes()))
+    assert ncu_source.main([str(gz), str(FIXTURE)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("mbarrier waits:") == 2 and "compared" in out
+    empty = tmp_path / "empty.csv"
+    empty.write_text("nothing here\n")
+    assert ncu_source.main([str(empty)]) == 1
+
+
+def test_cli_source_set_records_the_csv_and_a_summary(monkeypatch, tmp_path, capsys):
+    from mla_var3.cli import profile
+    calls = []
+    monkeypatch.setattr(profiling, "find_tool", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(profile, "choose_tiling", lambda plan, problem: plan.default_tiling(problem))
+
+    def run(cmd):
+        calls.append(cmd)
+        return (0, FIXTURE.read_text()) if "--import" in cmd else (0, "==PROF== Report: x.ncu-rep")
+    monkeypatch.setattr(profile, "_run_tool", run)
+    rc = main([V36, "--prof_type=ncu", "--ncu-set=source", "--b=128", "--s_q=1", "--h_q=16", "--seqlen=4096",
+               "--page_size=16", f"--records={tmp_path}"])
+    assert rc == 0
+    record_cmd, export_cmd = calls
+    assert record_cmd[:3] == ["/usr/bin/ncu", "--clock-control", "none"] and "SourceCounters" in record_cmd
+    assert export_cmd[-5:] == ["--page", "source", "--csv", "--print-source", "sass"]
+    assert export_cmd[2].endswith(".source.ncu-rep") and record_cmd[record_cmd.index("-o") + 1] + ".ncu-rep" == export_cmd[2]
+    out = capsys.readouterr().out
+    assert "mbarrier waits: 95.1% of the samples" in out
+    csv_gz = tmp_path / "ncu" / f"{V36}_b=128,s_q=1,h_q=16,seqlen=4096,page_size=16.source.csv.gz"
+    assert gzip.decompress(csv_gz.read_bytes()).decode() == FIXTURE.read_text()
+    (rec,) = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert rec["ncu_set"] == "source" and rec["source_csv"] == str(csv_gz)
+    assert rec["rows"][0]["waits"][0]["barrier"] == "[R14+URZ+0x98]"
+
+
+def test_cli_source_set_says_when_ncu_fails(monkeypatch, tmp_path, capsys):
+    from mla_var3.cli import profile
+    monkeypatch.setattr(profiling, "find_tool", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(profile, "choose_tiling", lambda plan, problem: plan.default_tiling(problem))
+    monkeypatch.setattr(profile, "_run_tool", lambda cmd: (1, "==ERROR== no permission to the counters"))
+    assert main([V36, "--prof_type=ncu", "--ncu-set=source", "--b=2", "--seqlen=128", f"--records={tmp_path}"]) == 1
+    assert "ncu source counters failed (rc=1)" in capsys.readouterr().err and not list(tmp_path.glob("*.jsonl"))
