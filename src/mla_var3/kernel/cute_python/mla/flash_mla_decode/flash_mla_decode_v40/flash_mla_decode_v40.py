@@ -188,7 +188,6 @@ class FlashMlaDecodeV40(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v36 with each stage's next tile prefetched into L2 one refill early (l2_prefetch)"
 
     def supports(self, problem) -> list[str]:
