@@ -100,3 +100,30 @@ def test_cli_source_set_says_when_ncu_fails(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(profile, "_run_tool", lambda cmd: (1, "==ERROR== no permission to the counters"))
     assert main([V36, "--prof_type=ncu", "--ncu-set=source", "--b=2", "--seqlen=128", f"--records={tmp_path}"]) == 1
     assert "ncu source counters failed (rc=1)" in capsys.readouterr().err and not list(tmp_path.glob("*.jsonl"))
+
+
+def test_profiles_run_the_given_tiling_in_the_inner_run(monkeypatch, tmp_path, capsys):
+    """--tiling reaches the profiled run: the '+' form over the problem's own tiling, sent whole to
+    the inner run (which parses it instead of choosing), the NVTX filter and the record naming it."""
+    from mla_var3.cli import profile
+    from mla_var3.runtime import registry
+    calls = []
+    monkeypatch.setattr(profiling, "find_tool", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(profile, "choose_tiling", lambda plan, problem: plan.default_tiling(problem))
+    monkeypatch.setattr(profile, "_run_tool",
+                        lambda cmd: calls.append(cmd) or ((0, FIXTURE.read_text()) if "--import" in cmd else (0, "")))
+    assert main([V36, "--prof_type=ncu", "--ncu-set=source", "--tiling=+refill_warps=2", "--b=8", "--seqlen=4096",
+                 f"--records={tmp_path}"]) == 0
+    record_cmd = calls[0]
+    given = next(a for a in record_cmd if a.startswith("--tiling="))
+    plan = registry.get_plan(V36)
+    from mla_var3.cli.tiling import parse_tiling
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    want = plan.default_tiling(MlaDecodeProblem(b=8, seqlen=4096))
+    assert want.refill_warps == 1
+    got = parse_tiling(plan, given.split("=", 1)[1])
+    assert got.refill_warps == 2 and got.chunk == want.chunk and got.order == want.order
+    nvtx = record_cmd[record_cmd.index("--nvtx-include") + 1]
+    assert "refill_warps_2" in nvtx                          # range names replace "=" (profiling.range_name)
+    (rec,) = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert rec["tiling"]["refill_warps"] == 2

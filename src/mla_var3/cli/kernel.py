@@ -493,7 +493,7 @@ def run(argv: list[str]) -> int:
         require_available(names)          # what runs must exist; compile-only and devlog-from-records need nothing
     if args.prof_inner:
         problem = kind.from_dict(json.loads(args.problem_json)) if args.problem_json else kind.default_problem()
-        return profile.run_inner(names[0], problem, args.prof_inner, args.seed)
+        return profile.run_inner(names[0], problem, args.prof_inner, args.seed, tiling=args.tiling)
     if args.prof_type == "ncu":
         return profile.cmd_ncu(names, problems, args, kind)
     if args.prof_type == "sanitize":

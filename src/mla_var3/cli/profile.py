@@ -21,10 +21,28 @@ def sanitize_problem(kind):
     return kind.grid("sanitize")[0] if "sanitize" in kind.grids else kind.default_problem()
 
 
-def inner_argv(name: str, problem, mode: str, seed: int) -> list[str]:
+def inner_argv(name: str, problem, mode: str, seed: int, tiling=None) -> list[str]:
+    """The inner run's arguments; `tiling` (a Tiling) travels whole as --tiling key=value,..."""
     from mla_var3.runtime.cute_kernel import line_info_enabled
+    given = [f"--tiling={tiling_text(tiling)}"] if tiling is not None else []
     return [name, f"--problem_json={json.dumps(problem.to_dict(), separators=(',', ':'))}",
-            f"--seed={seed}", f"--prof_inner={mode}"] + (["--lineinfo"] if line_info_enabled() else [])
+            f"--seed={seed}", f"--prof_inner={mode}"] + given + (["--lineinfo"] if line_info_enabled() else [])
+
+
+def tiling_text(tiling) -> str:
+    """A Tiling as --tiling's key=value,... (every field, so the inner run needs no default)."""
+    return ",".join(f"{k}={v}" for k, v in tiling.to_dict().items())
+
+
+def profiled_tiling(plan, problem, args, names):
+    """What a profile of `plan` runs: the first version's --tiling (key=value,... as given,
+    +key=value,... over the tuned/default choice), else what a benchmark would run."""
+    base = choose_tiling(plan, problem)
+    text = getattr(args, "tiling", None)
+    if not text or plan.name != names[0]:
+        return base
+    from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
+    return override_tiling(plan, base, text) if is_override(text) else parse_tiling(plan, text)
 
 
 def choose_tiling(plan, problem):
@@ -34,15 +52,21 @@ def choose_tiling(plan, problem):
     return bench_tiling(plan, problem, devices.current_device()) or plan.default_tiling(problem)
 
 
-def run_inner(name: str, problem, mode: str, seed: int, launches: int = profiling.DEFAULT_LAUNCHES) -> int:
+def run_inner(name: str, problem, mode: str, seed: int, launches: int = profiling.DEFAULT_LAUNCHES,
+              tiling: str | None = None) -> int:
     """Inside ncu / compute-sanitizer: compile, warm up, then `launches` plain calls (no graph)
-    inside the `:profile` NVTX range."""
+    inside the `:profile` NVTX range; `tiling`: the outer run's choice as key=value,..."""
     import torch
 
     from mla_var3.runtime import registry
     plan = registry.get_plan(name)
     inputs = problem.make_inputs(seed=seed, device="cuda")
-    kern = plan.build(inputs, choose_tiling(plan, problem))
+    if tiling:
+        from mla_var3.cli.tiling import parse_tiling
+        chosen = parse_tiling(plan, tiling)
+    else:
+        chosen = choose_tiling(plan, problem)
+    kern = plan.build(inputs, chosen)
     cfg = kern.tiling.key()
     outputs = problem.make_outputs(inputs)
     workspace = kern.prepare(inputs)
@@ -92,11 +116,11 @@ def cmd_ncu_source(names, problem, args, ncu: str) -> int:
     rc, summaries = 0, []
     for name in names:
         plan = registry.get_plan(name)
-        tiling = choose_tiling(plan, problem)
+        tiling = profiled_tiling(plan, problem, args, names)
         prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
         report = report_path(args.records, name, problem) + ".source"
-        record, export = profiling.ncu_source_commands(inner_argv(name, problem, "ncu", args.seed), prefix, report,
-                                                       tool=ncu)
+        record, export = profiling.ncu_source_commands(inner_argv(name, problem, "ncu", args.seed, tiling), prefix,
+                                                       report, tool=ncu)
         t0 = time.perf_counter()
         code, text = _run_tool(record)
         save_tool_log(args, text)
@@ -135,9 +159,9 @@ def cmd_ncu(names, problems, args, kind) -> int:
     table, recs, rc = [], [], 0
     for name in names:
         plan = registry.get_plan(name)
-        tiling = choose_tiling(plan, problem)
+        tiling = profiled_tiling(plan, problem, args, names)
         prefix = profiling.range_name(plan.name, tiling.key(), "profile").rsplit(":", 1)[0]
-        inner = inner_argv(name, problem, "ncu", args.seed)
+        inner = inner_argv(name, problem, "ncu", args.seed, tiling)
         t0 = time.perf_counter()
         code, text = _run_tool(profiling.ncu_command(inner, prefix, detail=detail))
         rows = profiling.summarize_launches(profiling.parse_ncu_csv(text))

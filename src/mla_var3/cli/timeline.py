@@ -58,12 +58,24 @@ def out_dir(records: str, plan, problem) -> Path:
     return Path(records) / "timeline" / plan.name / key
 
 
+def chosen_tiling(plan, problem, args):
+    """What a benchmark of this problem would run (its tuned winner on this GPU, else the default;
+    without a GPU the default), or --tiling: key=value,... as given, +key=value,... over that."""
+    from mla_var3.cli import profile
+    from mla_var3.runtime import devices
+    base = profile.choose_tiling(plan, problem) if devices.cuda_available() else plan.default_tiling(problem)
+    if not args.tiling:
+        return base
+    from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
+    return override_tiling(plan, base, args.tiling) if is_override(args.tiling) else parse_tiling(plan, args.tiling)
+
+
 def compile_only(plan, problem, args) -> int:
     """Compile the instrumented build for `--arch` (no GPU) and show what the stamps cost in code."""
     import tempfile
 
     from mla_var3.runtime import artifacts, sass
-    kern = plan.compile_timeline(problem, args.arch)
+    kern = plan.compile_timeline(problem, args.arch, tiling=chosen_tiling(plan, problem, args))
     tools = sass.find_disassemblers()
     for stage in kern.stages:
         label = f"{plan.name} {stage.name}" + (f" [{stage.key.variant}]" if getattr(stage.key, "variant", "") else "")
@@ -113,7 +125,6 @@ def _time_us(kern, inputs, outputs, ws) -> float:
 
 
 def cmd_timeline(names, problems, args, kind) -> int:
-    from mla_var3.cli import profile
     from mla_var3.runtime import devices, records, registry, timeline
     plan = registry.get_plan(names[0])
     check_request(names, args, plan)
@@ -126,11 +137,7 @@ def cmd_timeline(names, problems, args, kind) -> int:
                           "--prof_type=timeline --compile-only compiles it")
     import torch
 
-    if args.tiling:
-        from mla_var3.cli.tiling import parse_tiling
-        tiling = parse_tiling(plan, args.tiling)
-    else:
-        tiling = profile.choose_tiling(plan, problem)
+    tiling = chosen_tiling(plan, problem, args)
     t0 = time.perf_counter()
     res = measure_timer()
     print(timeline.format_resolution(res))
