@@ -223,10 +223,10 @@ def format_ncu_table(rows: list[dict], problem) -> str:
                          f"ncu --clock-control none, {problem.key()} (median of launches per kernel)")
 
 
-def _racecheck_detail(name: str, problem, args) -> dict:
+def _racecheck_detail(name: str, problem, args, tiling=None) -> dict:
     """--racecheck-detail: racecheck once more with a report per hazard; print them grouped by
     instruction pair (which CTAs, which threads and warpgroups, which smem bytes)."""
-    inner = inner_argv(name, problem, "sanitize", args.seed)
+    inner = inner_argv(name, problem, "sanitize", args.seed, tiling)
     code, text = _run_tool(profiling.sanitizer_command("racecheck", inner, hazards=True))
     save_tool_log(args, f"==== {name} racecheck (hazards)\n{text}")
     res = profiling.parse_racecheck_hazards(text)
@@ -244,9 +244,10 @@ def cmd_sanitize(names, problems, args, kind) -> int:
     rc = 0
     for name in names:
         plan = registry.get_plan(name)
+        tiling = profiled_tiling(plan, problem, args, names)
         results = {}
         for tool in profiling.SANITIZER_TOOLS:
-            inner = inner_argv(name, problem, "sanitize", args.seed)
+            inner = inner_argv(name, problem, "sanitize", args.seed, tiling)
             code, text = _run_tool(profiling.sanitizer_command(tool, inner))
             save_tool_log(args, f"==== {name} {tool}\n{text}")
             res = profiling.parse_sanitizer(text)
@@ -263,8 +264,8 @@ def cmd_sanitize(names, problems, args, kind) -> int:
                 print("    " + "\n    ".join(text.strip().splitlines()[-6:]))
         rows = [{"tool": t, **r} for t, r in results.items()]
         if args.racecheck_detail:
-            rows.append(_racecheck_detail(name, problem, args))
-        rec = records.make_record("profile", plan, choose_tiling(plan, problem), problem, prof_type="sanitize",
+            rows.append(_racecheck_detail(name, problem, args, tiling))
+        rec = records.make_record("profile", plan, tiling, problem, prof_type="sanitize",
                                   rows=rows)
         records.append(rec, args.records)
     return int(rc)
