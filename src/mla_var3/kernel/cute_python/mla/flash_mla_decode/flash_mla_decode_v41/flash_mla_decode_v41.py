@@ -195,7 +195,6 @@ class FlashMlaDecodeV41(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v36 with box_rows, page boxes cut into fewer rows (a diagnostic of the per-tile box count)"
 
     def supports(self, problem) -> list[str]:
