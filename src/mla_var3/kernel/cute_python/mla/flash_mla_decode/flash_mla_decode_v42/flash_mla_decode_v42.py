@@ -188,7 +188,6 @@ class FlashMlaDecodeV42(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v36 with the K/V TMA descriptor over a flat 2-D view of the cache (flat_cache)"
 
     def supports(self, problem) -> list[str]:
