@@ -10,6 +10,7 @@ import pytest
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
+from version_knob import assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
 
 V41, V36 = "flash_mla_decode_v41", "flash_mla_decode_v36"
 
@@ -59,47 +60,13 @@ GPU_CASES = [
 ]
 
 
-def _gpu_plans():
-    plan, base = _plan(), _plan(V36)
-    if plan.unavailable():
-        pytest.skip(plan.unavailable())
-    return plan, base
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, rows", GPU_CASES, ids=[f"{p.key()}-box{r}" for p, r in GPU_CASES])
 def test_smaller_boxes_match_reference_and_v36_bit_for_bit(problem, rows):
-    import torch
-
-    from mla_var3.runtime import check
-    plan, base = _gpu_plans()
-    t = dataclasses.replace(plan.default_tiling(problem), box_rows=rows, refill_warps=2)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=t)
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
-    inputs = problem.make_inputs(seed=3, device="cuda")
-    base_tiling = base.Tiling(**{k: v for k, v in t.to_dict().items() if k != "box_rows"})
-    outs = []
-    for pl, tiling in ((plan, t), (base, base_tiling)):
-        kern = pl.build(inputs, tiling)
-        kern.compile()
-        out = problem.make_outputs(inputs)
-        kern.launch(inputs, out, kern.prepare(inputs))
-        outs.append(out)
-    torch.cuda.synchronize()
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
+    t = dataclasses.replace(_plan().default_tiling(problem), box_rows=rows, refill_warps=2)
+    assert_reference_and_bitwise(V41, problem, t, "box_rows")
 
 
 @pytest.mark.gpu
 def test_smaller_boxes_cuda_graph_replay_with_new_lengths():
-    from graph_replay import replay_with_new_lengths
-    plan, _ = _gpu_plans()
-    problem = MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(900, 900, 900))
-    inputs = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4,
-                                                  box_rows=16))
-    kern.compile()
-    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 900))
-    cmp = problem.compare(outputs, problem.reference(replayed))
-    assert cmp.passed, cmp.reason
+    assert_graph_replay_with_new_lengths(V41, page_size=64, box_rows=16)

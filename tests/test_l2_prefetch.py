@@ -10,6 +10,7 @@ import pytest
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
+from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
 
 V40, V36 = "flash_mla_decode_v40", "flash_mla_decode_v36"
 
@@ -43,55 +44,15 @@ def test_prefetch_sass(page, pages_per_tile):
         assert cs.count(on, op) == cs.count(off, op)
 
 
-GPU_CASES = [
-    MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlens=(0, 17, 1000, 4097, 64), page_size=16),
-    MlaDecodeProblem(b=9, s_q=4, h_q=16, seqlen=2000, varlen=True, page_size=32),
-    MlaDecodeProblem(b=3, s_q=1, h_q=128, seqlens=(1, 130, 2049), page_size=16),     # a multicast pair
-    MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlens=(64, 65, 3000, 5), page_size=64),
-]
-
-
-def _gpu_plans():
-    plan, base = _plan(), _plan(V36)
-    if plan.unavailable():
-        pytest.skip(plan.unavailable())
-    return plan, base
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", GPU_CASES, ids=[p.key() for p in GPU_CASES])
-def test_prefetch_matches_reference_and_v36_bit_for_bit(problem):
-    import torch
-
-    from mla_var3.runtime import check
-    plan, base = _gpu_plans()
+@pytest.mark.parametrize("problem", KNOB_CASES, ids=[p.key() for p in KNOB_CASES])
+def test_l2_prefetch_matches_reference_and_v36_bit_for_bit(problem):
+    plan = _plan()
     t = plan.default_tiling(problem)
     assert t.l2_prefetch
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda")
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
-    inputs = problem.make_inputs(seed=3, device="cuda")
-    base_tiling = base.Tiling(**{k: v for k, v in t.to_dict().items() if k != "l2_prefetch"})
-    outs = []
-    for pl, tiling in ((plan, t), (base, base_tiling)):
-        kern = pl.build(inputs, tiling)
-        kern.compile()
-        out = problem.make_outputs(inputs)
-        kern.launch(inputs, out, kern.prepare(inputs))
-        outs.append(out)
-    torch.cuda.synchronize()
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
+    assert_reference_and_bitwise(V40, problem, t, "l2_prefetch")
 
 
 @pytest.mark.gpu
-def test_prefetch_cuda_graph_replay_with_new_lengths():
-    from graph_replay import replay_with_new_lengths
-    plan, _ = _gpu_plans()
-    problem = MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(900, 900, 900), page_size=16)
-    inputs = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4))
-    kern.compile()
-    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 900))
-    cmp = problem.compare(outputs, problem.reference(replayed))
-    assert cmp.passed, cmp.reason
+def test_l2_prefetch_cuda_graph_replay_with_new_lengths():
+    assert_graph_replay_with_new_lengths(V40)

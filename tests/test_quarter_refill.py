@@ -10,6 +10,7 @@ import pytest
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
+from version_knob import assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
 
 V39, V36 = "flash_mla_decode_v39", "flash_mla_decode_v36"
 
@@ -58,46 +59,14 @@ GPU_CASES = [
 ]
 
 
-def _gpu_plans():
-    plan, base = _plan(), _plan(V36)
-    if plan.unavailable():
-        pytest.skip(plan.unavailable())
-    return plan, base
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_CASES, ids=[p.key() for p in GPU_CASES])
 def test_quarter_refill_matches_reference_and_v36_bit_for_bit(problem):
-    import torch
-
-    from mla_var3.runtime import check
-    plan, base = _gpu_plans()
-    t = plan.default_tiling(problem)
+    t = _plan().default_tiling(problem)
     assert t.refill_warps == 4
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda")
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
-    inputs = problem.make_inputs(seed=3, device="cuda")
-    outs = []
-    for pl, tiling in ((plan, t), (base, base.Tiling(**dataclasses.replace(t, refill_warps=2).to_dict()))):
-        kern = pl.build(inputs, tiling)
-        kern.compile()
-        out = problem.make_outputs(inputs)
-        kern.launch(inputs, out, kern.prepare(inputs))
-        outs.append(out)
-    torch.cuda.synchronize()
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
+    assert_reference_and_bitwise(V39, problem, t, base_fields={"refill_warps": 2})
 
 
 @pytest.mark.gpu
 def test_quarter_refill_cuda_graph_replay_with_new_lengths():
-    from graph_replay import replay_with_new_lengths
-    plan, _ = _gpu_plans()
-    problem = MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(900, 900, 900), page_size=16)
-    inputs = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4))
-    kern.compile()
-    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 900))
-    cmp = problem.compare(outputs, problem.reference(replayed))
-    assert cmp.passed, cmp.reason
+    assert_graph_replay_with_new_lengths(V39)

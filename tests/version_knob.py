@@ -1,0 +1,70 @@
+"""Shared GPU checks for a version that is v36 plus one tiling knob (v39-v43): the version against
+the reference, bit for bit against v36 with the knob's field dropped, and under a CUDA graph
+replayed with new lengths. Each test module keeps its own cases and its CPU checks."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mla_var3.layers.mla.decode import MlaDecodeProblem
+from mla_var3.runtime import registry
+
+BASE = "flash_mla_decode_v36"
+
+# a ragged page-16 batch with an empty and a one-key sequence, a varlen page-32 batch at s_q=4,
+# a multicast pair (h_q=128 at page 16) and a page-64 co-scheduled pair with short tails
+KNOB_CASES = [
+    MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlens=(0, 17, 1000, 4097, 64), page_size=16),
+    MlaDecodeProblem(b=9, s_q=4, h_q=16, seqlen=2000, varlen=True, page_size=32),
+    MlaDecodeProblem(b=3, s_q=1, h_q=128, seqlens=(1, 130, 2049), page_size=16),
+    MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlens=(64, 65, 3000, 5), page_size=64),
+]
+
+
+def gpu_plans(name: str):
+    """(the version's plan, v36's), or a skip with the reason the version cannot run here."""
+    plan, base = registry.get_plan(name), registry.get_plan(BASE)
+    if plan.unavailable():
+        pytest.skip(plan.unavailable())
+    return plan, base
+
+
+def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | None = None, base_fields=None):
+    """`name` at `tiling` passes the check on `problem` (seeds 0 and 1, and the peaked draw), and
+    its outputs equal v36's at the same tiling without the field `knob` (and with `base_fields`
+    over it), bit for bit."""
+    import torch
+
+    from mla_var3.runtime import check
+    plan, base = gpu_plans(name)
+    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=tiling)
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+    inputs = problem.make_inputs(seed=3, device="cuda")
+    base_tiling = base.Tiling(**{**{k: v for k, v in tiling.to_dict().items() if k != knob}, **(base_fields or {})})
+    outs = []
+    for pl, t in ((plan, tiling), (base, base_tiling)):
+        kern = pl.build(inputs, t)
+        kern.compile()
+        out = problem.make_outputs(inputs)
+        kern.launch(inputs, out, kern.prepare(inputs))
+        outs.append(out)
+    torch.cuda.synchronize()
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+def assert_graph_replay_with_new_lengths(name: str, page_size: int = 16, **fields):
+    """`name` (longest-first order, split length 4, `fields` over its default tiling) captured in a
+    CUDA graph at lengths (900, 900, 900) and replayed at (37, 0, 900) matches the reference."""
+    from graph_replay import replay_with_new_lengths
+    plan, _ = gpu_plans(name)
+    problem = MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(900, 900, 900), page_size=page_size)
+    inputs = problem.make_inputs(seed=0, device="cuda")
+    kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4,
+                                                  **fields))
+    kern.compile()
+    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 900))
+    cmp = problem.compare(outputs, problem.reference(replayed))
+    assert cmp.passed, cmp.reason
