@@ -191,7 +191,6 @@ class FlashMlaDecodeV43(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v36 with the refills' page ids staged in shared memory by cp.async (staged_ids)"
 
     def supports(self, problem) -> list[str]:
