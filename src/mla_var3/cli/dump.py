@@ -117,10 +117,8 @@ def cmd_dump(names, problems, args, kind) -> int:
     problem = (problems or [kind.default_problem()])[0]
     plan.require_supported(problem)
     if getattr(args, "tiling", None):                    # --tiling key=value,... (or +key=value over the choice) wins
-        from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
-        tiling = (override_tiling(plan, choose_tiling(plan, problem)[0], args.tiling) if is_override(args.tiling)
-                  else parse_tiling(plan, args.tiling))
-        source = "--tiling"
+        from mla_var3.cli.tiling import resolve_tiling
+        tiling, source = resolve_tiling(plan, args.tiling, lambda: choose_tiling(plan, problem)[0]), "--tiling"
     else:
         tiling, source = choose_tiling(plan, problem)
     plan.check_tiling(tiling, problem, None)

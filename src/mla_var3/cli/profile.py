@@ -4,6 +4,7 @@ the hidden `--prof_inner` flag (and the problem as JSON); the inner run makes a 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -22,27 +23,22 @@ def sanitize_problem(kind):
 
 
 def inner_argv(name: str, problem, mode: str, seed: int, tiling=None) -> list[str]:
-    """The inner run's arguments; `tiling` (a Tiling) travels whole as --tiling key=value,..."""
+    """The inner run's arguments; `tiling` (a Tiling with fields) travels whole as its key,
+    --tiling key=value,... of every field, so the inner run needs no default."""
     from mla_var3.runtime.cute_kernel import line_info_enabled
-    given = [f"--tiling={tiling_text(tiling)}"] if tiling is not None else []
+    given = [f"--tiling={tiling.key()}"] if tiling is not None and dataclasses.fields(tiling) else []
     return [name, f"--problem_json={json.dumps(problem.to_dict(), separators=(',', ':'))}",
             f"--seed={seed}", f"--prof_inner={mode}"] + given + (["--lineinfo"] if line_info_enabled() else [])
-
-
-def tiling_text(tiling) -> str:
-    """A Tiling as --tiling's key=value,... (every field, so the inner run needs no default)."""
-    return ",".join(f"{k}={v}" for k, v in tiling.to_dict().items())
 
 
 def profiled_tiling(plan, problem, args, names):
     """What a profile of `plan` runs: the first version's --tiling (key=value,... as given,
     +key=value,... over the tuned/default choice), else what a benchmark would run."""
-    base = choose_tiling(plan, problem)
     text = getattr(args, "tiling", None)
     if not text or plan.name != names[0]:
-        return base
-    from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
-    return override_tiling(plan, base, text) if is_override(text) else parse_tiling(plan, text)
+        return choose_tiling(plan, problem)
+    from mla_var3.cli.tiling import resolve_tiling
+    return resolve_tiling(plan, text, lambda: choose_tiling(plan, problem))
 
 
 def choose_tiling(plan, problem):

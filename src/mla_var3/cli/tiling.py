@@ -40,6 +40,12 @@ def parse_tiling(plan, text: str):
     return plan.Tiling(**parse_fields(plan, text))
 
 
+def resolve_tiling(plan, text: str, base):
+    """--tiling's text in either form: `key=value,...` as given, or `+key=value,...` over `base()`
+    (the tiling the caller would otherwise run; called only for the '+' form)."""
+    return override_tiling(plan, base(), text) if is_override(text) else parse_tiling(plan, text)
+
+
 def override_tiling(plan, base, text: str):
     """`base` (a problem's own tiling) with the fields of `+key=value,...` replaced."""
     return dataclasses.replace(base, **given_fields(plan, text))

@@ -63,11 +63,11 @@ def chosen_tiling(plan, problem, args):
     without a GPU the default), or --tiling: key=value,... as given, +key=value,... over that."""
     from mla_var3.cli import profile
     from mla_var3.runtime import devices
-    base = profile.choose_tiling(plan, problem) if devices.cuda_available() else plan.default_tiling(problem)
-    if not args.tiling:
-        return base
-    from mla_var3.cli.tiling import is_override, override_tiling, parse_tiling
-    return override_tiling(plan, base, args.tiling) if is_override(args.tiling) else parse_tiling(plan, args.tiling)
+    from mla_var3.cli.tiling import resolve_tiling
+
+    def base():
+        return profile.choose_tiling(plan, problem) if devices.cuda_available() else plan.default_tiling(problem)
+    return resolve_tiling(plan, args.tiling, base) if args.tiling else base()
 
 
 def compile_only(plan, problem, args) -> int:

@@ -149,16 +149,19 @@ class MlaDecodeProblem(Problem):
         scale = "" if self.softmax_scale is None else f",scale={self.softmax_scale:g}"
         return f"b={self.b},s_q={self.s_q},h_q={self.h_q},{lens}{self._page_label()}{scale}"
 
+    def _size_label(self) -> str:
+        """",page_size=N" when not FlashMLA's 64: keys (and tables) of page-64 problems read as
+        they did before problems had a page size."""
+        return "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
+
     def _page_label(self) -> str:
-        """",page_size=N" when not FlashMLA's 64 (and ",page_order=sequential" when not random):
-        keys (and tables) of default problems read as they did before problems had these."""
-        size = "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
-        return size + ("" if self.page_order == PAGE_ORDERS[0] else f",page_order={self.page_order}")
+        """The size label, and ",page_order=sequential" when not random (likewise)."""
+        order = "" if self.page_order == PAGE_ORDERS[0] else f",page_order={self.page_order}"
+        return self._size_label() + order
 
     def static_key(self) -> str:
         # b, lengths and page order are dynamic in every kernel; the page size may be a compile-time constant
-        size = "" if self.page_size == PAGE_SIZE else f",page_size={self.page_size}"
-        return f"s_q={self.s_q},h_q={self.h_q}{size}"
+        return f"s_q={self.s_q},h_q={self.h_q}{self._size_label()}"
 
     def to_dict(self) -> dict:
         return {"b": self.b, "s_q": self.s_q, "h_q": self.h_q, "seqlen": self.seqlen,
