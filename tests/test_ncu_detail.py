@@ -288,3 +288,19 @@ def test_detail_asks_for_l2_hits_and_instructions_and_parses_them():
     capture = "\n".join(text[:head] + [text[head] + "," + extra[0], units + "," + extra[1], row + "," + extra[2]])
     (r,) = profiling.parse_ncu_csv(capture)
     assert r["l2_sectors_read_tex_hit"] == 1234567 and r["inst_executed"] == 89012345
+
+
+def test_detail_asks_for_local_memory_sectors_and_parses_them():
+    """A spill's cost (2026-12-03): local-memory load/store sectors are in the detail --metrics (not
+    the basic set) and come back as numbers; an older capture without them gives None."""
+    metrics = profiling.ncu_metrics(detail=True).split(",")
+    ld, st = "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"
+    assert ld in metrics and st in metrics and ld not in profiling.ncu_metrics(detail=False).split(",")
+    text = FIXTURE.read_text().splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith('"ID"'))
+    extra = (f'"{ld}","{st}"', '"sector","sector"', '"4096","8"')
+    capture = "\n".join(text[:head] + [text[head] + "," + extra[0], text[head + 1] + "," + extra[1],
+                                       text[head + 2] + "," + extra[2]])
+    (r,) = profiling.parse_ncu_csv(capture)
+    assert r["local_sectors_ld"] == 4096 and r["local_sectors_st"] == 8
+    assert all(old["local_sectors_ld"] is None for old in profiling.parse_ncu_csv(FIXTURE.read_text()))

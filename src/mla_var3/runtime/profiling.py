@@ -121,8 +121,13 @@ NCU_DETAIL_METRICS = {
     # instructions issued over the whole launch (added 2026-12-02): at the power limit a call's time
     # follows its energy, and instructions, L2 sectors and DRAM sectors are where it goes
     "inst_executed": ("smsp__inst_executed.sum", None),
+    # local-memory sectors (added 2026-12-03): a register spill's LDL/STL traffic, so a version the
+    # compiler made spill (v44's one 4-byte value) shows what the spill costs next to its time
+    "local_sectors_ld": ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", None),
+    "local_sectors_st": ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", None),
 }
-ADDED_DETAIL_COLUMNS = ("l2_sectors_read_tex_hit", "inst_executed")   # 2026-12-02: older captures lack them
+# columns older captures lack: 2026-12-02 (L2 hits, instructions), 2026-12-03 (local sectors)
+ADDED_DETAIL_COLUMNS = ("l2_sectors_read_tex_hit", "inst_executed", "local_sectors_ld", "local_sectors_st")
 # one metric per stall reason: average warps stalled for that reason per issued instruction
 # (cycles / instruction; the reasons sum to about warp_cycles_per_issue)
 STALL_METRICS_REGEX = r"smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
