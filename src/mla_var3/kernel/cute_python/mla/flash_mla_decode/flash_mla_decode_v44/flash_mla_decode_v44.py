@@ -189,7 +189,6 @@ class FlashMlaDecodeV44(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v36 with full tiles' boxes issued without a branch per box (full_tile_issue)"
 
     def supports(self, problem) -> list[str]:
