@@ -14,6 +14,7 @@ def test_readme_opens_with_two_commands_and_ci_runs_the_test_one():
 
 def test_the_test_command_has_its_parallel_runner():
     """`-n auto` needs pytest-xdist: it is in the dev extra the test command installs."""
-    import tomllib
+    import pytest
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+
     dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     assert "pytest-xdist" in dev
