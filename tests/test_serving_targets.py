@@ -52,3 +52,33 @@ def test_cli_reads_records_and_says_what_is_missing(tmp_path, capsys):
     assert err.startswith("error: no fixed-length bench records of nope_v1") and "--grid=serving" in err
     assert targets.main(["--records", str(tmp_path / "missing"), "--kernel", "k_v1"]) == 2
     assert capsys.readouterr().err.startswith("error: records:")
+
+
+def test_a_tiling_override_is_left_out_of_a_registered_versions_cells(tmp_path, capsys):
+    """A record measured with `--tiling` other than the version's own (tuned winner, else default)
+    is an experiment, not what the op serves: the targets skip it and say so on stderr."""
+    from mla_var3.runtime import registry
+    name = "flash_mla_decode_v44"
+    plan = registry.get_plan(name)
+    prob = mla.MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, page_size=16)
+    own = plan.default_tiling(prob)
+    other = type(own)(**{**own.to_dict(), "refill_warps": 1 if own.refill_warps != 1 else 2})
+
+    def rec(tiling, us, ts, page=16):
+        r = _rec(16, page, us, 3000.0, kernel=name, ts=ts)
+        p = mla.MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, page_size=page)
+        t = plan.default_tiling(p) if tiling is None else tiling
+        r.update(version=44, design="flash_mla_decode", problem=p.to_dict(), problem_key=p.key(),
+                 tiling=t.to_dict(), tiling_key=t.key(), env={"gpu": "NVIDIA H200"})
+        return r
+    recs = [rec(own, 160.0, "2026-12-03T10:00:00"), rec(other, 999.0, "2026-12-03T11:00:00"),
+            rec(None, 150.0, "2026-12-03T10:00:00", page=64)]
+    rows = {r["page_size"]: r for r in targets.serving_targets(recs, name)}
+    assert rows[16]["us"] == 160.0 and rows[16]["page_ratio"] == 160.0 / 150.0     # the later override is not read
+    assert targets.overridden(recs[1]) and not targets.overridden(recs[0])
+    assert targets.served_tiling_key("k_v1", recs[0]["problem"], "NVIDIA H200") is None    # not registered: all count
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs))
+    assert targets.main(["--records", str(path), "--kernel", name]) == 0
+    out = capsys.readouterr()
+    assert "1/1 met" in out.out and out.err.startswith(f"note: 1 record(s) of {name} measured with another tiling")

@@ -6,6 +6,9 @@
     python -m mla_var3.layers.mla.targets --records DIR|FILE... --kernel flash_mla_decode_v8
 
 Only measured cells are reported; a missing partner cell is shown as "-" (never estimated).
+Only records taken with the tiling the version runs by itself count (its tuned winner on that GPU,
+else its default: what the serving op would run); a run with a `--tiling` override (an experiment
+such as one issuing warp per stage) is left out and counted on stderr.
 """
 from __future__ import annotations
 
@@ -17,12 +20,35 @@ HEADS_GBPS_MIN = 0.90          # GB/s of h_q in {8, 16, 32} / GB/s of h_q 64
 SMALL_HEADS = (8, 16, 32)
 
 
+def served_tiling_key(kernel: str, problem: dict, gpu: str | None) -> str | None:
+    """The key of the tiling `kernel` runs by itself on `problem` (its tuned winner on `gpu`, else its
+    default), or None when `kernel` is not a registered version (then no record is left out)."""
+    from mla_var3.errors import MlaVar3Error
+    from mla_var3.runtime import autotune, registry
+    try:
+        plan = registry.get_plan(kernel)
+    except MlaVar3Error:
+        return None
+    prob = plan.problem_kind.from_dict(problem)
+    tuned = autotune.lookup(plan, prob, gpu) if gpu else None
+    return (tuned or plan.default_tiling(prob)).key()
+
+
+def overridden(r: dict) -> bool:
+    """A record measured with a tiling other than the one its version runs by itself."""
+    served = served_tiling_key(r["kernel"], r["problem"], (r.get("env") or {}).get("gpu"))
+    return served is not None and bool(r.get("tiling_key")) and r["tiling_key"] != served
+
+
 def _cells(recs: list[dict], kernel: str) -> dict[tuple, dict]:
-    """(b, seqlen, s_q, h_q, page) -> the latest bench record of `kernel` (fixed lengths only)."""
+    """(b, seqlen, s_q, h_q, page) -> the latest bench record of `kernel` (fixed lengths only, the
+    version's own tiling)."""
     out = {}
     for r in recs:
         p = r.get("problem", {})
         if r.get("kind") != "bench" or r.get("kernel") != kernel or p.get("varlen") or p.get("seqlens"):
+            continue
+        if overridden(r):
             continue
         key = (p["b"], p["seqlen"], p["s_q"], p["h_q"], p.get("page_size", 64))
         if key not in out or r.get("timestamp", "") >= out[key].get("timestamp", ""):
@@ -73,10 +99,16 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", required=True, help="the version whose cells are checked")
     args = ap.parse_args(argv)
     try:
-        rows = serving_targets(records.load(args.records), args.kernel)
+        recs = records.load(args.records)
+        rows = serving_targets(recs, args.kernel)
+        left_out = [r for r in recs if r.get("kind") == "bench" and r.get("kernel") == args.kernel and overridden(r)]
     except MlaVar3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if left_out:
+        print(f"note: {len(left_out)} record(s) of {args.kernel} measured with another tiling than its own "
+              f"(a --tiling override) left out, e.g. {left_out[0]['problem_key']} {left_out[0]['tiling_key']}",
+              file=sys.stderr)
     if not rows:
         print(f"error: no fixed-length bench records of {args.kernel} in {' '.join(args.records)} "
               f"(measure them with: python -m mla_var3.kernel {args.kernel} --grid=serving)", file=sys.stderr)
