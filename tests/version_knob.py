@@ -30,10 +30,10 @@ def gpu_plans(name: str):
     return plan, base
 
 
-def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | None = None, base_fields=None):
+def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple | None = None, base_fields=None):
     """`name` at `tiling` passes the check on `problem` (seeds 0 and 1, and the peaked draw), and
-    its outputs equal v36's at the same tiling without the field `knob` (and with `base_fields`
-    over it), bit for bit."""
+    its outputs equal v36's at the same tiling without the field `knob` (or the fields, for a
+    version two knobs past v36) and with `base_fields` over it, bit for bit."""
     import torch
 
     from mla_var3.runtime import check
@@ -42,7 +42,8 @@ def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | None = 
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
     inputs = problem.make_inputs(seed=3, device="cuda")
-    base_tiling = base.Tiling(**{**{k: v for k, v in tiling.to_dict().items() if k != knob}, **(base_fields or {})})
+    drop = (knob,) if isinstance(knob, str) else tuple(knob or ())
+    base_tiling = base.Tiling(**{**{k: v for k, v in tiling.to_dict().items() if k not in drop}, **(base_fields or {})})
     outs = []
     for pl, t in ((plan, tiling), (base, base_tiling)):
         kern = pl.build(inputs, t)
@@ -55,12 +56,13 @@ def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | None = 
         assert torch.equal(a, b)
 
 
-def assert_graph_replay_with_new_lengths(name: str, page_size: int = 16, **fields):
+def assert_graph_replay_with_new_lengths(name: str, page_size: int = 16, h_q: int = 16, **fields):
     """`name` (longest-first order, split length 4, `fields` over its default tiling) captured in a
-    CUDA graph at lengths (900, 900, 900) and replayed at (37, 0, 900) matches the reference."""
+    CUDA graph at lengths (900, 900, 900) and replayed at (37, 0, 900) matches the reference
+    (s_q=2; h_q=64 makes two row blocks, a multicast pair at pages 16 and 32)."""
     from graph_replay import replay_with_new_lengths
     plan, _ = gpu_plans(name)
-    problem = MlaDecodeProblem(b=3, s_q=2, h_q=16, seqlens=(900, 900, 900), page_size=page_size)
+    problem = MlaDecodeProblem(b=3, s_q=2, h_q=h_q, seqlens=(900, 900, 900), page_size=page_size)
     inputs = problem.make_inputs(seed=0, device="cuda")
     kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4,
                                                   **fields))
