@@ -13,7 +13,9 @@ such as one issuing warp per stage) is left out and counted on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from functools import lru_cache
 
 PAGE_RATIO_MAX = 1.10          # page 16 time / page 64 time
 HEADS_GBPS_MIN = 0.90          # GB/s of h_q in {8, 16, 32} / GB/s of h_q 64
@@ -23,13 +25,20 @@ SMALL_HEADS = (8, 16, 32)
 def served_tiling_key(kernel: str, problem: dict, gpu: str | None) -> str | None:
     """The key of the tiling `kernel` runs by itself on `problem` (its tuned winner on `gpu`, else its
     default), or None when `kernel` is not a registered version (then no record is left out)."""
+    return _served_tiling_key(kernel, json.dumps(problem, sort_keys=True), gpu)
+
+
+@lru_cache(maxsize=None)
+def _served_tiling_key(kernel: str, problem_json: str, gpu: str | None) -> str | None:
+    """served_tiling_key, once per (kernel, problem, GPU): the tuned lookup reads the tuned files,
+    and a records file repeats each cell in every run, read by `_cells` and by `main`'s count."""
     from mla_var3.errors import MlaVar3Error
     from mla_var3.runtime import autotune, registry
     try:
         plan = registry.get_plan(kernel)
     except MlaVar3Error:
         return None
-    prob = plan.problem_kind.from_dict(problem)
+    prob = plan.problem_kind.from_dict(json.loads(problem_json))
     tuned = autotune.lookup(plan, prob, gpu) if gpu else None
     return (tuned or plan.default_tiling(prob)).key()
 
