@@ -304,3 +304,28 @@ def test_detail_asks_for_local_memory_sectors_and_parses_them():
     (r,) = profiling.parse_ncu_csv(capture)
     assert r["local_sectors_ld"] == 4096 and r["local_sectors_st"] == 8
     assert all(old["local_sectors_ld"] is None for old in profiling.parse_ncu_csv(FIXTURE.read_text()))
+
+
+def test_detail_asks_for_sm_active_cycles_and_derives_how_busy_the_sms_were():
+    """Balance on ragged lengths (2026-12-03): the detail set asks for the SMs' active cycles (mean
+    and least), and each row derives SM busy % = mean active / the launch's span in SM cycles; an
+    older capture without them gives None, not a crash."""
+    metrics = profiling.ncu_metrics(detail=True).split(",")
+    avg, least, span = "sm__cycles_active.avg", "sm__cycles_active.min", "sm__cycles_elapsed.max"
+    assert avg in metrics and least in metrics and avg not in profiling.ncu_metrics(detail=False).split(",")
+    text = FIXTURE.read_text().splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith('"ID"'))
+    header = text[head]
+    extra = [f'"{avg}","{least}"', '"cycle","cycle"', '"360000","300000"']
+    lines = [header + "," + extra[0], text[head + 1] + "," + extra[1], text[head + 2] + "," + extra[2]]
+    if span not in header:          # a capture from before the clock columns: give the span too
+        lines = [lines[0] + f',"{span}"', lines[1] + ',"cycle"', lines[2] + ',"400000"']
+    (r,) = profiling.parse_ncu_csv("\n".join(text[:head] + lines))
+    assert r["sm_active_kcycles_avg"] == 360.0 and r["sm_active_kcycles_min"] == 300.0
+    assert abs(r["sm_busy_pct"] - 100 * 360 / r["sm_kcycles"]) < 1e-9
+    assert abs(r["sm_min_busy_pct"] - 100 * 300 / r["sm_kcycles"]) < 1e-9
+    (s,) = profiling.summarize_launches([r, dict(r)])
+    assert s["sm_busy_pct"] == r["sm_busy_pct"]
+    assert all(old["sm_busy_pct"] is None for old in profiling.parse_ncu_csv(FIXTURE.read_text()))
+    rendered = ncu_view.format_detail([{**s, "version": "v"}])
+    assert "SM busy %" in rendered and "least SM busy %" in rendered

@@ -14,7 +14,8 @@ DETAIL_HEADERS = (("version", "version"), ("kernel", "kernel_name"), ("cyc/issue
                   ("L2 rd sect (tex)", "l2_sectors_read_tex"), ("tex hit sect", "l2_sectors_read_tex_hit"),
                   ("L2 rd sect", "l2_sectors_read"), ("DRAM rd sect", "dram_sectors_read"),
                   ("DRAM wr sect", "dram_sectors_write"), ("inst", "inst_executed"),
-                  ("local ld sect", "local_sectors_ld"), ("local st sect", "local_sectors_st"))
+                  ("local ld sect", "local_sectors_ld"), ("local st sect", "local_sectors_st"),
+                  ("SM busy %", "sm_busy_pct"), ("least SM busy %", "sm_min_busy_pct"))
 
 # what the diff compares, with the label it prints
 DIFF_COLUMNS = (("us", "duration_us"), ("SM %", "sm_throughput_pct"), ("tensor %", "tensor_pipe_pct"),

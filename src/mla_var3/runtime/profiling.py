@@ -125,9 +125,18 @@ NCU_DETAIL_METRICS = {
     # compiler made spill (v44's one 4-byte value) shows what the spill costs next to its time
     "local_sectors_ld": ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", None),
     "local_sectors_st": ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", None),
+    # cycles the SMs had a CTA resident, mean and least over the SMs (added 2026-12-03): against the
+    # launch's span (sm_kcycles) they say how evenly a grid kept the SMs busy, which is what a
+    # split schedule on ragged lengths gets right or wrong (sm_busy_pct, sm_min_busy_pct)
+    "sm_active_kcycles_avg": ("sm__cycles_active.avg", "cycles->k"),
+    "sm_active_kcycles_min": ("sm__cycles_active.min", "cycles->k"),
 }
-# columns older captures lack: 2026-12-02 (L2 hits, instructions), 2026-12-03 (local sectors)
-ADDED_DETAIL_COLUMNS = ("l2_sectors_read_tex_hit", "inst_executed", "local_sectors_ld", "local_sectors_st")
+# columns older captures lack: 2026-12-02 (L2 hits, instructions), 2026-12-03 (local sectors, SM active)
+ADDED_DETAIL_COLUMNS = ("l2_sectors_read_tex_hit", "inst_executed", "local_sectors_ld", "local_sectors_st",
+                        "sm_active_kcycles_avg", "sm_active_kcycles_min")
+# detail columns computed from two others: column -> (numerator, denominator), as a percentage
+DERIVED_DETAIL_COLUMNS = {"sm_busy_pct": ("sm_active_kcycles_avg", "sm_kcycles"),
+                          "sm_min_busy_pct": ("sm_active_kcycles_min", "sm_kcycles")}
 # one metric per stall reason: average warps stalled for that reason per issued instruction
 # (cycles / instruction; the reasons sum to about warp_cycles_per_issue)
 STALL_METRICS_REGEX = r"smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
@@ -244,10 +253,20 @@ def parse_ncu_csv(text: str) -> list[dict]:
             if detail:
                 for col, (metric, conv) in NCU_DETAIL_METRICS.items():
                     parsed[col] = _convert(_to_float(rec.get(metric, "")), units.get(metric, ""), conv)
+                parsed.update(derived_detail(parsed))
             if stall_cols:
                 parsed["stalls"] = {reason: v for reason, col in stall_cols.items()
                                     if (v := _to_float(rec.get(col, ""))) is not None}
             out.append(parsed)
+    return out
+
+
+def derived_detail(row: dict) -> dict:
+    """DERIVED_DETAIL_COLUMNS of one parsed row: None where a part is missing (an older capture)."""
+    out = {}
+    for col, (num, den) in DERIVED_DETAIL_COLUMNS.items():
+        a, b = row.get(num), row.get(den)
+        out[col] = 100.0 * a / b if a is not None and b else None
     return out
 
 
@@ -280,7 +299,8 @@ def summarize_launches(rows: list[dict]) -> list[dict]:
     out = []
     for name, rs in by_name.items():
         row = {"kernel_name": name, "launches": len(rs)}
-        for col in [*NCU_METRICS, *(NCU_DETAIL_METRICS if any(c in rs[0] for c in NCU_DETAIL_METRICS) else ())]:
+        detail = any(c in rs[0] for c in NCU_DETAIL_METRICS)
+        for col in [*NCU_METRICS, *((*NCU_DETAIL_METRICS, *DERIVED_DETAIL_COLUMNS) if detail else ())]:
             vals = [r[col] for r in rs if r.get(col) is not None]
             row[col] = statistics.median(vals) if vals else None
         if any("stalls" in r for r in rs):
