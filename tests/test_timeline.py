@@ -2,6 +2,7 @@
 trace (schema checked, Perfetto's format), the summary, PNG and npz round trip, the globaltimer
 probe's arithmetic, the instrumentation toggle (the plain v4 build is the code it was before the
 instrumentation; the timeline build reads the timers) and the CLI's one-line refusals."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -294,3 +295,28 @@ def test_sm_occupancy_counts_ctas_per_sm_busy_share_and_the_tail(tmp_path, capsy
     timeline.save_buffer(tmp_path / "t.npz", buf, TOY, (3, 1, 1), {})
     assert timeline.main([str(tmp_path / "t.npz"), "--ctas=1", "--per-sm", f"--out={tmp_path}"]) == 0
     assert "idle after each SM's last CTA" in capsys.readouterr().out
+
+
+def test_cta_cost_fit_separates_the_cost_per_iteration_from_the_fixed_cost():
+    """CTAs of 1..6 iterations at 3 us each plus 5 us fixed (at 2 GHz, two rows sharing the
+    iterations) give back 3 and 5; a CTA that reached max_iters on a row (its count cut) and a
+    too-short idle CTA are left out; equal counts give no fit."""
+    ghz = 2.0
+    schema = dataclasses.replace(TOY, max_iters=8)
+
+    def cta(i, iters, us=None, row_its=None):
+        us = 5.0 + 3.0 * iters if us is None else us
+        spans = [{"name": "QK^T", "track": "math", "row": it % 2, "it": it // 2, "start": 0, "end": 1}
+                 for it in range(iters)] if row_its is None else row_its
+        return timeline.CtaTimeline(index=i, coord=(i, 0, 0), smid=i, gt_start=0, clk_start=0,
+                                    clk_end=int(us * 1e3 * ghz), spans=spans)
+    ctas = [cta(i, n) for i, n in enumerate((1, 2, 3, 4, 5, 6))]
+    capped = cta(9, 0, us=500.0, row_its=[{"name": "QK^T", "track": "math", "row": 0, "it": k, "start": 0, "end": 1}
+                                          for k in range(8)])
+    idle = cta(10, 0, us=0.5)
+    fit = timeline.cta_cost_fit(ctas + [capped, idle], schema, ghz, "QK^T")
+    assert fit["ctas"] == 6 and fit["us_per_iter"] == pytest.approx(3.0) and fit["us_fixed"] == pytest.approx(5.0)
+    assert fit["r2"] == pytest.approx(1.0)
+    assert "3.00 us per QK^T + 5.00 us fixed" in timeline.format_cta_cost(fit)
+    assert timeline.cta_cost_fit([cta(i, 4) for i in range(3)], schema, ghz, "QK^T") is None
+    assert "nothing to fit" in timeline.format_cta_cost(None)

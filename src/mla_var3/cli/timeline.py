@@ -178,13 +178,16 @@ def cmd_timeline(names, problems, args, kind) -> int:
     if len(got["ctas"]) == grid[0] * grid[1] * grid[2]:     # every CTA recorded: how they filled the SMs
         occupancy = timeline.sm_occupancy(got["ctas"], got["clock_ghz"])
         print(timeline.format_occupancy(occupancy))
+    cta_cost = timeline.cta_cost_fit(got["ctas"], schema, got["clock_ghz"], "QK^T") if periods else None
+    if periods:
+        print(timeline.format_cta_cost(cta_cost))
     print("wrote " + ", ".join(str(p) for p in [*got["files"].values(), out / "timeline.npz"])
           + "\n  open trace.json in https://ui.perfetto.dev (or chrome://tracing)")
     rec = records.make_record("profile", plan, tiling, problem, prof_type="timeline", rows=got["summary"],
                               timer=res, clock_ghz=got["clock_ghz"], plain_us=plain_us, instrumented_us=inst_us,
                               instrumented_passed=cmp.passed, ctas_recorded=len(got["ctas"]),
                               pair_period_cycles=statistics.median(periods) if periods else None,
-                              sm_occupancy=occupancy,
+                              sm_occupancy=occupancy, cta_cost=cta_cost,
                               files=[str(p) for p in got["files"].values()], wall_s=time.perf_counter() - t0)
     records.append(rec, args.records)
     return 0 if cmp.passed else 1

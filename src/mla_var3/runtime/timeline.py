@@ -282,6 +282,47 @@ def sm_occupancy(ctas: list[CtaTimeline], ghz: float, min_ns: float = 2000.0) ->
             "idle_after_last_share": sum(span - f for f in finish) / (n_sms * span) if n_sms and span else 0.0}
 
 
+def cta_cost_fit(ctas: list[CtaTimeline], schema: Schema, ghz: float, span: str, min_ns: float = 2000.0) -> dict | None:
+    """A CTA's time against its work: least squares of each working CTA's duration (us) on the
+    number of `span` spans it recorded over all rows (e.g. QK^T: one per tile a warpgroup scored),
+    -> {us_per_iter, us_fixed, ctas, r2}. `us_fixed` is what a CTA costs beyond its iterations
+    (prologue, epilogue, anything paid once per CTA): on ragged lengths flash_mla_decode_v44 fit
+    8-10 us there, which pointed at its tail zeroing (docs/kernels/flash_mla_decode.md, v46).
+    CTAs that reached `max_iters` on some row (their count is cut) are left out; None when fewer
+    than two distinct counts remain (equal lengths: nothing to fit)."""
+    xs, ys = [], []
+    for c in ctas:
+        dur_ns = (c.clk_end - c.clk_start) / ghz
+        if dur_ns < min_ns:
+            continue
+        per_row: dict[int, set] = {}
+        for sp in c.spans:
+            if sp["name"] == span:
+                per_row.setdefault(sp["row"], set()).add(sp["it"])
+        if any(len(its) >= schema.max_iters for its in per_row.values()):
+            continue
+        xs.append(sum(len(its) for its in per_row.values()))
+        ys.append(dur_ns / 1e3)
+    if len(set(xs)) < 2:
+        return None
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    icpt = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - icpt - slope * x) ** 2 for x, y in zip(xs, ys))
+    return {"span": span, "us_per_iter": slope, "us_fixed": icpt, "ctas": n,
+            "r2": 1.0 - ss_res / ss_tot if ss_tot else 1.0}
+
+
+def format_cta_cost(fit: dict | None) -> str:
+    if fit is None:
+        return "CTA cost: every CTA recorded the same number of iterations (nothing to fit)"
+    return (f"CTA cost: {fit['us_per_iter']:.2f} us per {fit['span']} + {fit['us_fixed']:.2f} us fixed "
+            f"(least squares over {fit['ctas']} CTAs, r2 {fit['r2']:.3f})")
+
+
 def format_occupancy(occ: dict) -> str:
     f = occ["finish_ns"]
     per = ", ".join(f"{n} on {k} SM{'s' if k != 1 else ''}" for n, k in occ["working_ctas_per_sm"].items())
@@ -402,7 +443,8 @@ def write_outputs(out_dir: Path, buf, schema: Schema, grid, *, n_ctas: int = 4, 
 def main(argv=None) -> int:
     """python -m mla_var3.runtime.timeline <timeline.npz> [--ctas N] [--out DIR] [--per-sm]: re-render a
     run's trace and picture from its saved buffer (no GPU needed); --per-sm adds how the working
-    CTAs filled the SMs (CTAs per SM, busy share, finish spread: the grid's tail)."""
+    CTAs filled the SMs (CTAs per SM, busy share, finish spread: the grid's tail) and a CTA's time
+    against its QK^T count (the cost per iteration and the fixed cost per CTA)."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m mla_var3.runtime.timeline", description=main.__doc__)
     ap.add_argument("npz")
@@ -416,6 +458,8 @@ def main(argv=None) -> int:
     print(format_summary(res["summary"], f"{schema.kernel}: {len(res['ctas'])} CTAs recorded, clock {res['clock_ghz']:.3f} GHz"))
     if args.per_sm:
         print(format_occupancy(sm_occupancy(res["ctas"], res["clock_ghz"])))
+        if any(sp.name == "QK^T" for sp in schema.spans):
+            print(format_cta_cost(cta_cost_fit(res["ctas"], schema, res["clock_ghz"], "QK^T")))
     print("wrote " + ", ".join(str(p) for p in res["files"].values()))
     return 0
 
