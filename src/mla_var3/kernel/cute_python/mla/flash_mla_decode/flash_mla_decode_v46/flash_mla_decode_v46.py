@@ -216,7 +216,6 @@ class FlashMlaDecodeV46(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
     summary = "CuTe DSL: v44 with a partial last tile's rows past the length zeroed 16 bytes per store (wide_tail_zero)"
 
     def supports(self, problem) -> list[str]:

@@ -244,7 +244,8 @@ class FlashMlaDecodeV47(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "never run on a GPU yet (compiled for sm_90a only)"
+    quarantine = ("check grid not run; its GPU tests pass, but it measured 0.77-0.91x v46 on the s_q=2 h_q=128 "
+                  "cells (clusters of four left 8 of 132 SMs without a CTA)")
     summary = "CuTe DSL: v46 with a split's four row blocks launched as one cluster at page 64 (cluster_rows=4)"
 
     def supports(self, problem) -> list[str]:
