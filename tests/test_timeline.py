@@ -289,6 +289,8 @@ def test_sm_occupancy_counts_ctas_per_sm_busy_share_and_the_tail(tmp_path, capsy
     assert occ["busy_share"] == pytest.approx(busy / (2 * span))
     assert occ["finish_ns"]["max"] == pytest.approx(span)
     assert occ["idle_after_last_share"] == pytest.approx((span - (ends[1] - 1000)) / (2 * span))
+    gap = occ["between_ctas_ns"]                           # SM 100: CTA 2 starts after CTA 0 ends
+    assert gap["n"] == 1 and gap["median"] == pytest.approx((1000 + 500 * 2) - ends[0]) == gap["p90"]
     assert timeline.sm_occupancy(ctas, 2.0, min_ns=10 ** 9)["working_ctas"] == 0    # all idle slots
     with pytest.raises(ValueError, match="no CTAs"):
         timeline.sm_occupancy([], 2.0)

@@ -275,7 +275,13 @@ def sm_occupancy(ctas: list[CtaTimeline], ghz: float, min_ns: float = 2000.0) ->
 
     def q(x):
         return finish[min(len(finish) - 1, int(x * (len(finish) - 1)))] if finish else 0.0
-    return {"span_ns": span, "ctas": len(ctas), "working_ctas": len(work), "sms": n_sms,
+    # between two working CTAs on one SM: its launch and, before the first record, the next CTA's
+    # setup (2026-12-03: 2.1 us median on equal lengths, 4.9-5.7 us on ragged ones)
+    gaps = sorted(b.gt_start - end(a) for cs in by_sm.values()
+                  for a, b in zip(sorted(cs, key=lambda c: c.gt_start), sorted(cs, key=lambda c: c.gt_start)[1:]))
+    gap = ({"n": len(gaps), "median": gaps[len(gaps) // 2], "p90": gaps[min(len(gaps) - 1, int(0.9 * len(gaps)))]}
+           if gaps else {"n": 0, "median": 0.0, "p90": 0.0})
+    return {"span_ns": span, "ctas": len(ctas), "working_ctas": len(work), "sms": n_sms, "between_ctas_ns": gap,
             "working_ctas_per_sm": dict(sorted(per_sm.items())),
             "busy_share": busy / (n_sms * span) if n_sms and span else 0.0,
             "finish_ns": {"p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": q(1.0)},
@@ -329,7 +335,9 @@ def format_occupancy(occ: dict) -> str:
     return (f"SMs: {occ['sms']} with working CTAs ({occ['working_ctas']} of {occ['ctas']} recorded; per SM: {per})\n"
             f"span {occ['span_ns'] / 1e3:.1f} us; working CTAs busy {occ['busy_share']:.1%} of the SMs' time\n"
             f"SM finish (us): p10 {f['p10'] / 1e3:.1f}, p50 {f['p50'] / 1e3:.1f}, p90 {f['p90'] / 1e3:.1f}, "
-            f"max {f['max'] / 1e3:.1f}; idle after each SM's last CTA: {occ['idle_after_last_share']:.1%}")
+            f"max {f['max'] / 1e3:.1f}; idle after each SM's last CTA: {occ['idle_after_last_share']:.1%}"
+            + (f"\nbetween consecutive CTAs on one SM (us): median {g['median'] / 1e3:.2f}, p90 {g['p90'] / 1e3:.2f} "
+               f"({g['n']} intervals)" if (g := occ.get("between_ctas_ns")) and g["n"] else ""))
 
 
 def format_summary(rows: list[dict], title: str) -> str:
