@@ -822,41 +822,34 @@ class FlashMlaDecodeKernel:
                         o_rc[r, j] = o_rc[r, j] * inv
                     row_sum[r] = l_tot
                 # O goes out through shared memory (the K ring is dead now: every tile was
-                # consumed and both warpgroups passed the barrier above after their last P V):
+                # consumed and both warpgroups passed the barrier above after their last P V).
+                # One split: v48's TMA store, or (tma_store_o=False, and the f32 partials below)
                 # each thread writes its accumulator fragment into padded rows (conflict-free),
                 # then every thread copies whole 16-byte row chunks to global memory, so a warp
                 # stores 512 contiguous bytes per instruction instead of 8 rows x 16 bytes.
-                if n_splits == 1 and cutlass.const_expr(self.tma_store_o):
-                    # v48: each warpgroup's four 64-column chunks of O -> bf16 -> K ring slots 4 wg + j
-                    # by stmatrix (P's store, through the dead score accumulator), then one thread
-                    # stores the eight 64 x 64 boxes with TMA (o_store.py)
-                    for j in cutlass.range_constexpr(O_CHUNKS_PER_WG):
-                        o_chunk_to_scores(o_rc, s_rc, j)
-                        store_p(r2s_p, tRS_acc, r_p32, r_p, thr_r2s_p.partition_D(sK[None, None, wg * O_CHUNKS_PER_WG + j]))
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
-                    if tidx == 0:
-                        store_o_boxes(tma_o, o_tma, sK, rb, bidx, V_CHUNKS, BLOCK_M, BOX)
-                    for r in cutlass.range_constexpr(n_rows):
-                        grow = rb * BLOCK_M + tOcO[r, 0][0]
-                        if grow < self.rows:
-                            if wg == 0:
-                                if tidx % 4 == 0:
-                                    lse_v = F32(F32.inf)
-                                    if row_sum[r] > F32(0.0):
-                                        lse_v = (row_max[r] + cute.math.log2(row_sum[r])) * LN_2
-                                    lse[bidx, grow % self.h_q, grow // self.h_q] = lse_v
-                elif n_splits == 1:
-                    r_o = cute.make_rmem_tensor(acc_o.layout, BF16)
-                    r_o_rc = acc_rows_cols(r_o)
-                    r_o.store(acc_o.load().to(BF16))
-                    sOb = cute.make_tensor(st.sK.data_ptr(), cute.make_layout((BLOCK_M, D_V), stride=(O_ROW_BF16, 1)))
-                    for r in cutlass.range_constexpr(n_rows):
-                        for j in cutlass.range_constexpr(n_ocols):
-                            sOb[tOcO[r, j]] = r_o_rc[r, j]
-                    cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
-                    gO = cute.local_tile(out[bidx, None, None], (BLOCK_M, D_V), (rb, 0))
-                    store_rows_from_smem(sOb, gO, tidx, self.rows - rb * BLOCK_M, VEC_BF16, BLOCK_M, D_V, MATH_THREADS)
+                if n_splits == 1:
+                    if cutlass.const_expr(self.tma_store_o):
+                        # v48: each warpgroup's four 64-column chunks of O -> bf16 -> K ring slots 4 wg + j
+                        # by stmatrix (P's store, through the dead score accumulator), then one thread
+                        # stores the eight 64 x 64 boxes with TMA (o_store.py)
+                        for j in cutlass.range_constexpr(O_CHUNKS_PER_WG):
+                            o_chunk_to_scores(o_rc, s_rc, j)
+                            store_p(r2s_p, tRS_acc, r_p32, r_p, thr_r2s_p.partition_D(sK[None, None, wg * O_CHUNKS_PER_WG + j]))
+                        cute.arch.fence_proxy("async.shared", space="cta")
+                        cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
+                        if tidx == 0:
+                            store_o_boxes(tma_o, o_tma, sK, rb, bidx, V_CHUNKS, BLOCK_M, BOX)
+                    else:
+                        r_o = cute.make_rmem_tensor(acc_o.layout, BF16)
+                        r_o_rc = acc_rows_cols(r_o)
+                        r_o.store(acc_o.load().to(BF16))
+                        sOb = cute.make_tensor(st.sK.data_ptr(), cute.make_layout((BLOCK_M, D_V), stride=(O_ROW_BF16, 1)))
+                        for r in cutlass.range_constexpr(n_rows):
+                            for j in cutlass.range_constexpr(n_ocols):
+                                sOb[tOcO[r, j]] = r_o_rc[r, j]
+                        cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
+                        gO = cute.local_tile(out[bidx, None, None], (BLOCK_M, D_V), (rb, 0))
+                        store_rows_from_smem(sOb, gO, tidx, self.rows - rb * BLOCK_M, VEC_BF16, BLOCK_M, D_V, MATH_THREADS)
                     for r in cutlass.range_constexpr(n_rows):
                         grow = rb * BLOCK_M + tOcO[r, 0][0]
                         if grow < self.rows:
