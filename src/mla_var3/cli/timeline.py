@@ -178,8 +178,9 @@ def cmd_timeline(names, problems, args, kind) -> int:
     if len(got["ctas"]) == grid[0] * grid[1] * grid[2]:     # every CTA recorded: how they filled the SMs
         occupancy = timeline.sm_occupancy(got["ctas"], got["clock_ghz"])
         print(timeline.format_occupancy(occupancy))
-    cta_cost = timeline.cta_cost_fit(got["ctas"], schema, got["clock_ghz"], "QK^T") if periods else None
-    if periods:
+    cta_cost = None
+    if periods:                                         # the schema records QK^T per tile
+        cta_cost = timeline.cta_cost_fit(got["ctas"], schema, got["clock_ghz"], "QK^T")
         print(timeline.format_cta_cost(cta_cost))
     print("wrote " + ", ".join(str(p) for p in [*got["files"].values(), out / "timeline.npz"])
           + "\n  open trace.json in https://ui.perfetto.dev (or chrome://tracing)")
