@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V42, V36 = "flash_mla_decode_v42", "flash_mla_decode_v36"
 
@@ -20,13 +20,8 @@ def _plan(name=V42):
 
 
 def test_flat_cache_is_on_by_default_and_a_bool():
-    plan = _plan()
     p = MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, page_size=16)
-    t = plan.default_tiling(p)
-    assert t.flat_cache is True
-    with pytest.raises(PlanError, match=r"flat_cache must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, flat_cache=1), p, None)
-    assert {c.flat_cache for c in plan.autotune_configs(p)} == {True, False}
+    assert_bool_knob_on_by_default(V42, "flat_cache", p)
 
 
 @pytest.mark.parametrize("page, pages_per_tile", [(16, 4), (64, 1)])

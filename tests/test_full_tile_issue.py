@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V44, V36 = "flash_mla_decode_v44", "flash_mla_decode_v36"
 
@@ -21,13 +21,8 @@ def _plan(name=V44):
 
 
 def test_full_tile_issue_is_on_by_default_and_a_bool():
-    plan = _plan()
     p = MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, page_size=16)
-    t = plan.default_tiling(p)
-    assert t.full_tile_issue is True
-    with pytest.raises(PlanError, match=r"full_tile_issue must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, full_tile_issue=1), p, None)
-    assert {c.full_tile_issue for c in plan.autotune_configs(p)} == {True, False}
+    assert_bool_knob_on_by_default(V44, "full_tile_issue", p)
 
 
 def test_full_tile_issue_sass():

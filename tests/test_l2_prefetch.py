@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V40, V36 = "flash_mla_decode_v40", "flash_mla_decode_v36"
 
@@ -20,13 +20,8 @@ def _plan(name=V40):
 
 
 def test_prefetch_is_on_by_default_and_a_bool():
-    plan = _plan()
     p = MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, page_size=16)
-    t = plan.default_tiling(p)
-    assert t.l2_prefetch is True
-    with pytest.raises(PlanError, match=r"l2_prefetch must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, l2_prefetch=1), p, None)
-    assert {c.l2_prefetch for c in plan.autotune_configs(p)} == {True, False}
+    assert_bool_knob_on_by_default(V40, "l2_prefetch", p)
 
 
 @pytest.mark.parametrize("page, pages_per_tile", [(16, 4), (64, 1)])

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V45, V44 = "flash_mla_decode_v45", "flash_mla_decode_v44"
 PAIR_16 = MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlen=1024, page_size=16)     # two row blocks: a multicast pair
@@ -21,12 +21,9 @@ def _plan(name=V45):
 
 
 def test_pair_full_tile_issue_is_on_by_default_and_a_bool():
+    t = assert_bool_knob_on_by_default(V45, "pair_full_tile_issue", PAIR_16)
+    assert t.cluster_rows == 2 and t.multicast_kv is True
     plan = _plan()
-    t = plan.default_tiling(PAIR_16)
-    assert t.pair_full_tile_issue is True and t.cluster_rows == 2 and t.multicast_kv is True
-    with pytest.raises(PlanError, match=r"pair_full_tile_issue must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, pair_full_tile_issue=1), PAIR_16, None)
-    assert {c.pair_full_tile_issue for c in plan.autotune_configs(PAIR_16)} == {True, False}
     one_block = MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=1024, page_size=16)
     assert {c.pair_full_tile_issue for c in plan.autotune_configs(one_block)} == {True}    # no pair: no trial
 

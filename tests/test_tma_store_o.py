@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V48, V46 = "flash_mla_decode_v48", "flash_mla_decode_v46"
 
@@ -30,13 +30,8 @@ def _plan():
 
 
 def test_tma_store_o_is_on_by_default_and_a_bool():
-    plan = _plan()
     p = MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=4096, varlen=True)
-    t = plan.default_tiling(p)
-    assert t.tma_store_o is True
-    with pytest.raises(PlanError, match=r"tma_store_o must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, tma_store_o=1), p, None)
-    assert {c.tma_store_o for c in plan.autotune_configs(p)} == {True, False}
+    assert_bool_knob_on_by_default(V48, "tma_store_o", p)
 
 
 def test_o_chunks_are_score_accumulators_thread_for_thread():

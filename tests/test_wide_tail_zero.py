@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_bool_knob_on_by_default, assert_graph_replay_with_new_lengths,
+                          assert_reference_and_bitwise)
 
 V46, V44 = "flash_mla_decode_v46", "flash_mla_decode_v44"
 
@@ -28,13 +28,8 @@ def _plan(name=V46):
 
 
 def test_wide_tail_zero_is_on_by_default_and_a_bool():
-    plan = _plan()
     p = MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=4096, varlen=True)
-    t = plan.default_tiling(p)
-    assert t.wide_tail_zero is True
-    with pytest.raises(PlanError, match=r"wide_tail_zero must be True or False .* got 1"):
-        plan.check_tiling(dataclasses.replace(t, wide_tail_zero=1), p, None)
-    assert {c.wide_tail_zero for c in plan.autotune_configs(p)} == {True, False}
+    assert_bool_knob_on_by_default(V46, "wide_tail_zero", p)
 
 
 def test_flat_view_covers_the_swizzled_chunk_rows_exactly():

@@ -1,12 +1,14 @@
-"""Shared GPU checks for a version that is v36 plus one tiling knob (v39-v43): the version against
-the reference, bit for bit against v36 with the knob's field dropped, and under a CUDA graph
-replayed with new lengths. Each test module keeps its own cases and its CPU checks."""
+"""Shared checks for a version that is v36 plus one or more boolean tiling knobs (v39-v48): the knob
+on by default, refused when not a bool and tried both ways by autotune (CPU); on the GPU the version
+against the reference, bit for bit against v36 with the knob's field dropped, and under a CUDA graph
+replayed with new lengths. Each test module keeps its own cases and its compiled-code checks."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
+from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
 
@@ -20,6 +22,18 @@ KNOB_CASES = [
     MlaDecodeProblem(b=3, s_q=1, h_q=128, seqlens=(1, 130, 2049), page_size=16),
     MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlens=(64, 65, 3000, 5), page_size=64),
 ]
+
+
+def assert_bool_knob_on_by_default(name: str, knob: str, problem):
+    """`name`'s default tiling for `problem` has `knob` = True, a tiling with `knob` = 1 is refused
+    with the knob's one-line reason, and the autotune space tries it both ways. -> the default tiling."""
+    plan = registry.get_plan(name)
+    t = plan.default_tiling(problem)
+    assert getattr(t, knob) is True
+    with pytest.raises(PlanError, match=rf"{knob} must be True or False .* got 1"):
+        plan.check_tiling(dataclasses.replace(t, **{knob: 1}), problem, None)
+    assert {getattr(c, knob) for c in plan.autotune_configs(problem)} == {True, False}
+    return t
 
 
 def gpu_plans(name: str):
