@@ -99,6 +99,9 @@ def test_prof_type_is_accepted():
     (["torch_mla_decode", "--grid=bench", "--where=__import__('os')"], r"--where: .* is not allowed in"),
     (["torch_mla_decode", "--grid=bench", "--where=h_q > 1000"], r"--where: no problem of grid 'bench' matches"),
     (["torch_mla_decode", "--check", "--where=h_q > 3"], r"--where: only with --grid"),
+    (["torch_mla_decode", "--b=2", "--tune-knobs=batch_chunk"], r"--tune-knobs: only with --autotune"),
+    (["torch_mla_decode", "--b=2", "--autotune", "--tune-knobs=chunk"],
+     r"--tune-knobs: 'chunk' not a field of torch_mla_decode_v1's .* \(fields: batch_chunk\)"),
     (["flash_mla_decode", "--compile-only", "--arch=sm_80", "--b=1", "--s_q=1", "--h_q=16"],
      r"--compile-only --arch=sm_80: flash_mla_decode_v\d+ cannot be compiled for sm_80"),
 ])

@@ -493,3 +493,22 @@ def test_two_modes_finds_a_fast_and_a_slow_mode_and_nothing_in_one_mode():
     assert bench.two_modes([145.0 + 0.1 * i for i in range(10)]) is None          # 1% of spread: one mode
     assert bench.two_modes([145.0] * 9 + [170.0]) is None                          # one outlier of ten
     assert bench.two_modes([1.0, 2.0]) is None and modes_note({}) == ""            # too few samples to say
+
+
+def test_tune_knobs_narrow_the_search_space_to_configs_moving_those_fields():
+    """--tune-knobs: the default plus only the configs that move a named field (a campaign on a
+    few cells compiles a few configs); a misspelt field is refused with the plan's fields."""
+    from mla_var3.runtime.kernel_plan import PlanError
+    plan = registry.get_plan("flash_mla_decode_v46")
+    p = mla.MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=4096, varlen=True)
+    base = plan.default_tiling(p)
+    every = plan.autotune_configs(p)
+    assert plan.tune_configs(p) == every and plan.tune_configs(p, []) == every
+    chunks = plan.tune_configs(p, ["chunk"])
+    assert base in chunks and len(chunks) < len(every)
+    assert all(c == base or c.chunk != base.chunk for c in chunks)
+    assert {c.chunk for c in chunks} == {c.chunk for c in every}
+    two = plan.tune_configs(p, ["chunk", "refill_warps"])
+    assert [c for c in two if c.refill_warps != base.refill_warps] and set(chunks) <= set(two)
+    with pytest.raises(PlanError, match="'chnk' not a field of flash_mla_decode_v46's FlashMlaSplitTiling"):
+        plan.tune_configs(p, ["chnk"])

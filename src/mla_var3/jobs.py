@@ -10,14 +10,15 @@ from mla_var3.runtime import autotune, bench, check, records
 
 
 def choose_tiling(plan, problem, device, *, tune: bool = False, rep_ms: float = 50.0, isolate: bool = True,
-                  on_tuned=None):
+                  on_tuned=None, knobs=None):
     """What a benchmark of `problem` runs: a fresh autotune when asked (every trial run even when a
     winner is cached or committed, each in its own process unless `isolate=False`;
     `on_tuned(plan, problem, result)` sees every trial; the winner goes to the user cache), else
-    the cached or committed winner, else None (the plan's default)."""
+    the cached or committed winner, else None (the plan's default). `knobs`: tune only those
+    Tiling fields (KernelPlan.tune_configs)."""
     if tune:
         result = autotune.autotune(plan, problem, rep_ms=min(rep_ms, 50.0), isolate=isolate, use_cache=False,
-                                   store_winner=True)
+                                   store_winner=True, knobs=knobs)
         if on_tuned is not None:
             on_tuned(plan, problem, result)
         return result.best
@@ -32,19 +33,21 @@ def bench_record(plan, problem, device, *, seed: int = 0, rep_ms: float = 100.0,
 
 
 def bench_records(plans, problem, device, *, seed: int = 0, rep_ms: float = 100.0, replays: int = bench.REPLAYS,
-                  tune: bool = False, tilings=None, isolate: bool = True, on_tuned=None, **extra) -> list[dict]:
+                  tune: bool = False, tilings=None, isolate: bool = True, on_tuned=None, knobs=None,
+                  **extra) -> list[dict]:
     """Benchmark several plans on one problem, timed interleaved (runtime/bench.bench_plans: the
     same clock and power history for each), and return their records in the order given.
-    `tilings` (one per plan, None = the plan's choice) win over autotune and the cached winners."""
+    `tilings` (one per plan, None = the plan's choice) win over autotune and the cached winners;
+    `knobs` narrows the first plan's autotune (the others, if tuned, search their whole space)."""
     from mla_var3.runtime import devices
     tilings = list(tilings) if tilings is not None else [None] * len(plans)
     entries = []
-    for plan, tiling in zip(plans, tilings):
+    for i, (plan, tiling) in enumerate(zip(plans, tilings)):
         devices.require_arch(plan.name, plan.arch, device)
         plan.require_supported(problem)          # before any input is allocated
         entries.append((plan, tiling if tiling is not None
                         else choose_tiling(plan, problem, device, tune=tune, rep_ms=rep_ms, isolate=isolate,
-                                           on_tuned=on_tuned)))
+                                           on_tuned=on_tuned, knobs=knobs if i == 0 else None)))
     out = []
     timed = bench.bench_plans(entries, problem, device, seed=seed, rep_ms=rep_ms, replays=replays)
     for (plan, _), fields in zip(entries, timed):

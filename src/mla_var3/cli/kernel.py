@@ -85,6 +85,10 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--tune-in-process", dest="tune_in_process", action="store_true",
                     help="with --autotune: run the trials in this process (compiles shared across problems of one "
                          "shape; a hung config hangs the run) instead of one process per trial under a timeout")
+    ap.add_argument("--tune-knobs", dest="tune_knobs",
+                    help="with --autotune: only the configs of the first kernel that move these fields of its Tiling, "
+                         "comma-separated (e.g. chunk,refill_warps), plus its default; --compile-only --autotune "
+                         "compiles the same")
     ap.add_argument("--tiling", help="key=value,... fields of the first kernel's Tiling (e.g. chunk=16); "
                                      "wins over --autotune and cached winners; +key=value,... sets the fields over "
                                      "each problem's own tiling (its tuned winner, else its default)")
@@ -199,7 +203,11 @@ def compile_problems(plan, problems) -> list:
     return list(seen.values())
 
 
-def with_tune_configs(plan, problems):
+def tune_knobs(args) -> list[str] | None:
+    return [k.strip() for k in args.tune_knobs.split(",") if k.strip()] if args.tune_knobs else None
+
+
+def with_tune_configs(plan, problems, knobs=None):
     """(problem, tiling) for every config of each problem's autotune search space, each
     (static shape, tiling) once: what `--autotune` on these problems will compile. A problem the
     plan does not support comes once, with no tiling (the caller says why it is skipped)."""
@@ -208,7 +216,7 @@ def with_tune_configs(plan, problems):
         if plan.supports(p):
             yield p, None
             continue
-        for tiling in plan.autotune_configs(p):
+        for tiling in plan.tune_configs(p, knobs):
             key = (p.static_key(), tiling.key())
             if key not in seen:
                 seen.add(key)
@@ -230,7 +238,7 @@ def cmd_compile_only(names, problems, args, kind) -> int:
         override = is_override(args.tiling) and name == names[0]
         forced = None if override else user_tiling(args, plan, names)
         if args.autotune:               # every config a later --autotune of these problems builds
-            builds = with_tune_configs(plan, problems)
+            builds = with_tune_configs(plan, problems, tune_knobs(args))
         elif override:                  # --tiling +...: each problem's default tiling with those fields
             builds = ((p, None if plan.supports(p) else user_tiling(args, plan, names, p))   # (no GPU: no
                       for p in compile_problems(plan, problems))                            # tuned winner)
@@ -367,6 +375,7 @@ def cmd_bench(names, problems, args, kind) -> int:
         # every plan of this problem timed in turn (one clock and power history for all of them)
         timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, replays=args.replays,
                                    tune=args.autotune, isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
+                                   knobs=tune_knobs(args),
                                    tilings=[user_tiling(args, p, names, problem, device) for p in plans]) if plans else []
         for rec in timed:
             records.append(rec, args.records)
@@ -447,6 +456,8 @@ def check_flags(args) -> None:
                               ("--timeline-max-ctas", args.timeline_max_ctas, "timeline")):
         if value is not None and args.prof_type != prof and args.prof_inner is None:
             raise UsageError(f"{flag}: only with --prof_type={prof} (got --prof_type={args.prof_type})")
+    if args.tune_knobs and not args.autotune:
+        raise UsageError("--tune-knobs: only with --autotune (it narrows the search space)")
     if args.tune_in_process and not args.autotune:
         raise UsageError("--tune-in-process: only with --autotune (it says where the trials run)")
     args.ncu_set = args.ncu_set or "basic"
@@ -474,6 +485,9 @@ def run(argv: list[str]) -> int:
         from mla_var3.cli.tiling import given_fields
         from mla_var3.runtime import registry
         given_fields(registry.get_plan(names[0]), args.tiling)       # a bad --tiling fails before any work
+    if tune_knobs(args):
+        from mla_var3.runtime import registry
+        registry.get_plan(names[0]).require_tiling_fields(tune_knobs(args))   # a misspelt knob, likewise
     if args.lineinfo:
         from mla_var3.runtime import cute_kernel
         cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes

@@ -133,10 +133,11 @@ def run_trial(cmd: list[str], timeout_s: float) -> dict:
 
 def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, use_cache: bool = True,
              seed: int = 0, isolate: bool = False, timeout_s: float = TRIAL_TIMEOUT_S,
-             verify: bool = True, store_winner: bool | None = None) -> TuneResult:
+             verify: bool = True, store_winner: bool | None = None, knobs=None) -> TuneResult:
     """Time every valid config on `problem`; return the fastest. `use_cache`: return a cached or
     committed winner instead of tuning when there is one. `store_winner` (default: `use_cache`):
-    put the winner in the user cache; `use_cache=False, store_winner=True` re-tunes for good."""
+    put the winner in the user cache; `use_cache=False, store_winner=True` re-tunes for good.
+    `knobs`: only the configs that move those Tiling fields (KernelPlan.tune_configs)."""
     from mla_var3.runtime import devices
     device = devices.current_device()
     devices.require_arch(plan.name, plan.arch, device)
@@ -147,7 +148,7 @@ def autotune(plan, problem, inputs=None, *, configs=None, rep_ms: float = 50.0, 
     if not isolate:
         inputs = inputs if inputs is not None else problem.make_inputs(seed=seed, device="cuda")
     result = TuneResult(best=None, best_us=None)
-    for tiling in (configs if configs is not None else plan.autotune_configs(problem)):
+    for tiling in (configs if configs is not None else plan.tune_configs(problem, knobs)):
         reasons = tiling.validate(problem, device)
         if reasons:
             result.trials.append({"tiling": tiling.key(), "status": "invalid", "error": "; ".join(reasons)})

@@ -120,6 +120,27 @@ class KernelPlan:
         """The search space; autotune prunes it with Tiling.validate."""
         return [self.default_tiling(problem)]
 
+    def tune_configs(self, problem, knobs=None) -> list:
+        """The search space an autotune of `problem` times: every config of `autotune_configs`,
+        or with `knobs` (Tiling field names) the default plus only the configs that move one of
+        those fields (others may move with it, e.g. a combine width tied to a split length).
+        A campaign on a few cells then compiles a few configs, not the whole space."""
+        configs = self.autotune_configs(problem)
+        if not knobs:
+            return configs
+        self.require_tiling_fields(knobs)
+        base = self.default_tiling(problem)
+        return [c for c in configs if c == base or any(getattr(c, k) != getattr(base, k) for k in knobs)]
+
+    def require_tiling_fields(self, names) -> None:
+        """Raise PlanError naming any of `names` that is not a field of this plan's Tiling."""
+        import dataclasses
+        fields = [f.name for f in dataclasses.fields(self.Tiling)] if dataclasses.is_dataclass(self.Tiling) else []
+        unknown = [k for k in names if k not in fields]
+        if unknown:
+            raise PlanError(f"--tune-knobs: {', '.join(map(repr, unknown))} not a field of {self.name}'s "
+                            f"{self.Tiling.__name__} (fields: {', '.join(fields) or 'none'})")
+
     def example_bad_tilings(self) -> list:
         """Tilings this version must refuse (tests check each is refused before compiling)."""
         return []
