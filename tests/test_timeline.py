@@ -280,7 +280,7 @@ def test_sm_occupancy_counts_ctas_per_sm_busy_share_and_the_tail(tmp_path, capsy
     buf = synthetic_buffer()
     buf[2, :, HEADER.index("smid")] = 100                  # CTAs 0 and 2 on SM 100, CTA 1 on SM 101
     ctas = timeline.decode(buf, TOY, (3, 1, 1))
-    ends = {c.index: c.gt_start + (c.clk_end - c.clk_start) / 2.0 for c in ctas}
+    ends = {c.index: c.gt_end for c in ctas}                # the globaltimer end stamps
     occ = timeline.sm_occupancy(ctas, 2.0, min_ns=0)
     span = max(ends.values()) - 1000
     assert occ["sms"] == 2 and occ["working_ctas"] == 3 and occ["working_ctas_per_sm"] == {1: 1, 2: 1}
@@ -297,6 +297,22 @@ def test_sm_occupancy_counts_ctas_per_sm_busy_share_and_the_tail(tmp_path, capsy
     timeline.save_buffer(tmp_path / "t.npz", buf, TOY, (3, 1, 1), {})
     assert timeline.main([str(tmp_path / "t.npz"), "--ctas=1", "--per-sm", f"--out={tmp_path}"]) == 0
     assert "idle after each SM's last CTA" in capsys.readouterr().out
+
+
+def test_sm_occupancy_ends_a_cta_at_its_globaltimer_end_stamp():
+    """With end stamps recorded, the between-CTA interval and the span come from the globaltimer,
+    not from cycles over one clock rate (which the SM clock moving under the power cap skews):
+    a wrong `ghz` leaves them unchanged."""
+    buf = synthetic_buffer()
+    buf[2, :, HEADER.index("smid")] = 100                  # CTAs 0 and 2 on SM 100
+    for c in range(3):
+        buf[c, :, HEADER.index("gt_end")] = 1000 + 500 * c + 400 + np.arange(buf.shape[1])
+    ctas = timeline.decode(buf, TOY, (3, 1, 1))
+    assert [c.gt_end for c in ctas] == [1401, 1901, 2401]
+    for ghz in (2.0, 1.0, 4.0):
+        occ = timeline.sm_occupancy(ctas, ghz, min_ns=0)
+        assert occ["between_ctas_ns"]["median"] == (1000 + 500 * 2) - 1401
+        assert occ["span_ns"] == 2401 - 1000
 
 
 def test_cta_cost_fit_separates_the_cost_per_iteration_from_the_fixed_cost():

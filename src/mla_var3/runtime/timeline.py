@@ -114,6 +114,7 @@ class CtaTimeline:
     clk_start: int                   # SM cycles at that start
     clk_end: int                     # latest row end (cycles)
     spans: list[dict]                # {name, track, row, it, start, end} in cycles from clk_start
+    gt_end: int = 0                  # ns, globaltimer of the latest row end (0: not recorded)
 
 
 def _coord(index: int, grid: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -135,6 +136,7 @@ def decode(buf, schema: Schema, grid: tuple[int, int, int]) -> list[CtaTimeline]
         first = min(rows, key=lambda r: buf[c, r, 2])
         clk0, gt0 = int(buf[c, first, 2]), int(buf[c, first, 1])
         ends = [int(buf[c, r, 4]) for r in rows if buf[c, r, 4] != 0]
+        gt_ends = [int(buf[c, r, 3]) for r in rows if buf[c, r, 3] != 0]
         spans = []
         for s in schema.spans:
             for r in (s.rows or range(len(schema.rows))):
@@ -147,7 +149,8 @@ def decode(buf, schema: Schema, grid: tuple[int, int, int]) -> list[CtaTimeline]
                         spans.append({"name": s.name, "track": s.track, "row": r, "it": it,
                                       "start": a - clk0, "end": b - clk0})
         out.append(CtaTimeline(index=c, coord=_coord(c, grid), smid=int(buf[c, first, 0]), gt_start=gt0,
-                               clk_start=clk0, clk_end=max(ends) if ends else clk0, spans=spans))
+                               clk_start=clk0, clk_end=max(ends) if ends else clk0, spans=spans,
+                               gt_end=max(gt_ends) if gt_ends else 0))
     return out
 
 
@@ -255,9 +258,13 @@ def sm_occupancy(ctas: list[CtaTimeline], ghz: float, min_ns: float = 2000.0) ->
     """How the grid's working CTAs (those that ran at least `min_ns`; shorter ones are idle split
     slots) filled the SMs over the kernel's span: CTAs per SM, the share of SM-time they were
     busy, the SMs' finish times (a wide spread is a tail: SMs idle while the last CTAs run) and
-    the idle share after each SM's last CTA. Times in ns from the first CTA's start."""
+    the idle share after each SM's last CTA. Times in ns from the first CTA's start.
+    A CTA ends at its globaltimer end stamp where it has one: its cycles over one clock rate for
+    the whole run put the end of a 250 us CTA microseconds off when the SM clock moves under the
+    power cap, which read as a 4.9-6.4 us interval between CTAs on ragged lengths that the
+    globaltimer puts at 0.4-0.7 us (2026-12-03, docs/kernels/flash_mla_decode.md, v48)."""
     def end(c):
-        return c.gt_start + (c.clk_end - c.clk_start) / ghz
+        return c.gt_end if c.gt_end else c.gt_start + (c.clk_end - c.clk_start) / ghz
     if not ctas:
         raise ValueError("sm_occupancy: no CTAs recorded")
     t0, t1 = min(c.gt_start for c in ctas), max(end(c) for c in ctas)
@@ -276,7 +283,8 @@ def sm_occupancy(ctas: list[CtaTimeline], ghz: float, min_ns: float = 2000.0) ->
     def q(x):
         return finish[min(len(finish) - 1, int(x * (len(finish) - 1)))] if finish else 0.0
     # between two working CTAs on one SM: its launch and, before the first record, the next CTA's
-    # setup (2026-12-03: 2.1 us median on equal lengths, 4.9-5.7 us on ragged ones)
+    # setup (2026-12-03, by globaltimer: 0.4 us in grid order, 0.7 us with the order kernel's read,
+    # on equal and ragged lengths alike)
     in_order = [sorted(cs, key=lambda c: c.gt_start) for cs in by_sm.values()]
     gaps = sorted(b.gt_start - end(a) for cs in in_order for a, b in zip(cs, cs[1:]))
     gap = ({"n": len(gaps), "median": gaps[len(gaps) // 2], "p90": gaps[min(len(gaps) - 1, int(0.9 * len(gaps)))]}
