@@ -35,7 +35,7 @@ def test_verdicts_pair_only_records_of_one_run():
     far = rows["b=128,seqlen=8192"]
     assert far["together"] is False and far["speed"] is None and far["gate_ok"] is None
     text = peer_gate.format_gate(list(rows.values()), "k_v1", "peer_v1")
-    assert text.splitlines()[0] == "peer gate for k_v1 vs peer_v1: gate 1/2 met, goal 0/2"
+    assert text.splitlines()[0] == "peer gate for k_v1 vs peer_v1 (median times): gate 1/2 met, goal 0/2"
     assert "0.800 MISS (>= 0.85)" in text and "not measured together" in text
 
 
@@ -74,3 +74,23 @@ def test_cli_judges_the_cutile_bar_without_a_peer(tmp_path, capsys):
     assert "note: no flashmla_decode_v1 record from the same run: only the cuTile bar is judged" in out
     # without --cutile the missing peer is still an error
     assert peer_gate.main(["--records", str(path), "--kernel", "k_v1"]) == 2
+
+
+def test_stat_p10_judges_the_fast_mode(tmp_path, capsys):
+    """--stat p10: each record's 10th-percentile sample instead of its median; a verdict that holds
+    by the median can fail by the fast mode (the peer's replays split into a fast and a slow mode)."""
+    ours, peer = _rec("k_v1", 100.0), _rec("flashmla_decode_v1", 100.0)
+    ours["time_us"]["samples"] = [98.0] + [100.0] * 9
+    peer["time_us"]["samples"] = [90.0] + [100.0] * 9
+    (row,) = peer_gate.peer_gate([ours, peer], "k_v1", "flashmla_decode_v1", stat="p10")
+    assert (row["us"], row["peer_us"]) == (98.0, 90.0) and row["gate_ok"] is False
+    (row,) = peer_gate.peer_gate([ours, peer], "k_v1", "flashmla_decode_v1")
+    assert row["speed"] == 1.0 and row["gate_ok"] is True
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [ours, peer]))
+    assert peer_gate.main(["--records", str(path), "--kernel", "k_v1", "--stat", "p10"]) == 0
+    assert "(p10 times): gate 0/1 met" in capsys.readouterr().out
+    del ours["time_us"]["samples"]
+    path.write_text("\n".join(json.dumps(r) for r in [ours, peer]))
+    assert peer_gate.main(["--records", str(path), "--kernel", "k_v1", "--stat", "p10"]) == 2
+    assert "--stat=p10: a record of k_v1 (b=128,seqlen=4096) keeps no samples" in capsys.readouterr().err

@@ -6,9 +6,11 @@ measured together (`--compare=flashmla_decode,...`):
 - with `--cutile NAME`: that cuTile version at >= 0.6x our speed on the cells our record calls memory-bound.
 
     python -m mla_var3.layers.mla.peer_gate --records DIR|FILE... --kernel flash_mla_decode_v32 \\
-        [--peer flashmla_decode_v1] [--cutile ct_flash_mla_decode_v3]
+        [--peer flashmla_decode_v1] [--cutile ct_flash_mla_decode_v3] [--stat median|p10|...]
 
-Speed ratio = the other's median time over ours. Records with our version and the cuTile one but no
+Speed ratio = the other's median time over ours (`--stat p10`: the 10th percentile of each one's
+samples, the fast mode when the power cap splits a clock-bound kernel's replays; judging by both
+says whether a verdict survives the clock). Records with our version and the cuTile one but no
 peer still give the cuTile bar (gate and goal are then left unjudged, and a note says so). A cell counts only when both records were written
 within TOGETHER_S of each other (one interleaved run); others are listed as not measured together,
 never paired across runs.
@@ -52,15 +54,25 @@ def thresholds(problem: dict) -> tuple[float, float]:
     return gate, goal
 
 
-def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = None) -> list[dict]:
+def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = None,
+              stat: str = "median") -> list[dict]:
     """One row per problem `kernel` has a bench record of: times, our speed relative to `peer`'s
     with its gate and goal verdicts (None where the peer was not measured in the same run), and
-    (with `cutile`) the cuTile version's speed relative to ours on memory-bound cells."""
+    (with `cutile`) the cuTile version's speed relative to ours on memory-bound cells. `stat`: the
+    statistic of each record's per-call times compared (report.time_stat)."""
+    from mla_var3.report import time_stat as stat_of
+
+    def time_stat(rec, stat):
+        t = stat_of(rec, stat)
+        if t is None:
+            raise ValueError(f"--stat={stat}: a record of {rec['kernel']} ({rec['problem_key']}) keeps no samples "
+                             f"to take it from")
+        return t
     ours, theirs = _latest(recs, kernel), _latest(recs, peer)
     ct = _latest(recs, cutile) if cutile else {}
     rows = []
     for key, r in ours.items():
-        us = r["time_us"]["median"]
+        us = time_stat(r, stat)
         gate, goal = thresholds(r["problem"])
         row = {"problem": key, "us": us, "peer_us": None, "speed": None, "gate": gate, "goal": goal,
                "gate_ok": None, "goal_ok": None, "together": None, "cutile_speed": None, "cutile_ok": None}
@@ -68,18 +80,18 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
         if p is not None:
             row["together"] = _together(r, p)
             if row["together"]:
-                row["peer_us"] = p["time_us"]["median"]
+                row["peer_us"] = time_stat(p, stat)
                 row["speed"] = row["peer_us"] / us
                 row["gate_ok"], row["goal_ok"] = row["speed"] >= gate, row["speed"] >= goal
         c = ct.get(key)
         if c is not None and r.get("bound") == "memory" and _together(r, c):
-            row["cutile_speed"] = us / c["time_us"]["median"]
+            row["cutile_speed"] = us / time_stat(c, stat)
             row["cutile_ok"] = row["cutile_speed"] >= CUTILE_MIN
         rows.append(row)
     return rows
 
 
-def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = None) -> str:
+def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = None, stat: str = "median") -> str:
     from mla_var3.report import text_table
 
     def verdict(value, ok, need):
@@ -96,7 +108,7 @@ def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = N
             cell[f"{cutile} speed / ours"] = verdict(r["cutile_speed"], r["cutile_ok"], CUTILE_MIN)
         cells.append(cell)
     judged = [r for r in rows if r["gate_ok"] is not None]
-    head = (f"peer gate for {kernel} vs {peer}: gate {sum(r['gate_ok'] for r in judged)}/{len(judged)} met, "
+    head = (f"peer gate for {kernel} vs {peer} ({stat} times): gate {sum(r['gate_ok'] for r in judged)}/{len(judged)} met, "
             f"goal {sum(r['goal_ok'] for r in judged)}/{len(judged)}")
     if cutile:
         mem = [r for r in rows if r["cutile_ok"] is not None]
@@ -106,19 +118,27 @@ def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = N
 
 def main(argv=None) -> int:
     from mla_var3.errors import MlaVar3Error
+    from mla_var3.report import STATS
     from mla_var3.runtime import records
     ap = argparse.ArgumentParser(prog="python -m mla_var3.layers.mla.peer_gate", description=__doc__.splitlines()[0])
     ap.add_argument("--records", required=True, nargs="+", help="records.jsonl files or directories")
     ap.add_argument("--kernel", required=True, help="our version whose cells are judged")
     ap.add_argument("--peer", default="flashmla_decode_v1", help="the peer version (default: flashmla_decode_v1)")
     ap.add_argument("--cutile", default=None, help="a cuTile version to hold to >= 0.6x our speed on memory-bound cells")
+    ap.add_argument("--stat", default="median", choices=STATS,
+                    help="which statistic of each record's per-call times to compare (default median; p10: the "
+                         "fast mode of a clock-bound kernel under the power cap)")
     args = ap.parse_args(argv)
     try:
         recs = records.load(args.records)
     except MlaVar3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    rows = peer_gate(recs, args.kernel, args.peer, args.cutile)
+    try:
+        rows = peer_gate(recs, args.kernel, args.peer, args.cutile, args.stat)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not rows:
         print(f"error: no bench records of {args.kernel} in {' '.join(args.records)} (measure them with: python -m "
               f"mla_var3.kernel {args.kernel} --grid=bench --compare={args.peer.rsplit('_v', 1)[0]})", file=sys.stderr)
@@ -129,7 +149,7 @@ def main(argv=None) -> int:
               f"{' '.join(args.records)} (measure both in one run: --compare={args.peer.rsplit('_v', 1)[0]})",
               file=sys.stderr)
         return 2
-    print(format_gate(rows, args.kernel, args.peer, args.cutile))
+    print(format_gate(rows, args.kernel, args.peer, args.cutile, args.stat))
     if not any(r["together"] for r in rows):
         print(f"note: no {args.peer} record from the same run: only the cuTile bar is judged "
               f"(gate and goal need --compare={args.peer.rsplit('_v', 1)[0]} in the run)")
