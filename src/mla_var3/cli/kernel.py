@@ -85,7 +85,7 @@ def build_parser(kinds=(), *, pre: bool = False) -> argparse.ArgumentParser:
     ap.add_argument("--tune-in-process", dest="tune_in_process", action="store_true",
                     help="with --autotune: run the trials in this process (compiles shared across problems of one "
                          "shape; a hung config hangs the run) instead of one process per trial under a timeout")
-    ap.add_argument("--tune-knobs", dest="tune_knobs",
+    ap.add_argument("--tune-knobs", dest="tune_knobs", type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
                     help="with --autotune: only the configs of the first kernel that move these fields of its Tiling, "
                          "comma-separated (e.g. chunk,refill_warps), plus its default; --compile-only --autotune "
                          "compiles the same")
@@ -203,10 +203,6 @@ def compile_problems(plan, problems) -> list:
     return list(seen.values())
 
 
-def tune_knobs(args) -> list[str] | None:
-    return [k.strip() for k in args.tune_knobs.split(",") if k.strip()] if args.tune_knobs else None
-
-
 def with_tune_configs(plan, problems, knobs=None):
     """(problem, tiling) for every config of each problem's autotune search space, each
     (static shape, tiling) once: what `--autotune` on these problems will compile. A problem the
@@ -238,7 +234,7 @@ def cmd_compile_only(names, problems, args, kind) -> int:
         override = is_override(args.tiling) and name == names[0]
         forced = None if override else user_tiling(args, plan, names)
         if args.autotune:               # every config a later --autotune of these problems builds
-            builds = with_tune_configs(plan, problems, tune_knobs(args))
+            builds = with_tune_configs(plan, problems, args.tune_knobs)
         elif override:                  # --tiling +...: each problem's default tiling with those fields
             builds = ((p, None if plan.supports(p) else user_tiling(args, plan, names, p))   # (no GPU: no
                       for p in compile_problems(plan, problems))                            # tuned winner)
@@ -375,7 +371,7 @@ def cmd_bench(names, problems, args, kind) -> int:
         # every plan of this problem timed in turn (one clock and power history for all of them)
         timed = jobs.bench_records(plans, problem, device, seed=args.seed, rep_ms=args.rep_ms, replays=args.replays,
                                    tune=args.autotune, isolate=not args.tune_in_process, on_tuned=tune_reporter(args.records),
-                                   knobs=tune_knobs(args),
+                                   knobs=args.tune_knobs,
                                    tilings=[user_tiling(args, p, names, problem, device) for p in plans]) if plans else []
         for rec in timed:
             records.append(rec, args.records)
@@ -485,9 +481,9 @@ def run(argv: list[str]) -> int:
         from mla_var3.cli.tiling import given_fields
         from mla_var3.runtime import registry
         given_fields(registry.get_plan(names[0]), args.tiling)       # a bad --tiling fails before any work
-    if tune_knobs(args):
+    if args.tune_knobs:
         from mla_var3.runtime import registry
-        registry.get_plan(names[0]).require_tiling_fields(tune_knobs(args))   # a misspelt knob, likewise
+        registry.get_plan(names[0]).require_tiling_fields(args.tune_knobs)    # a misspelt knob, likewise
     if args.lineinfo:
         from mla_var3.runtime import cute_kernel
         cute_kernel.enable_line_info()    # every CuteKernel built from here on, and child processes

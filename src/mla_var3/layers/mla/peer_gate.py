@@ -60,10 +60,10 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
     with its gate and goal verdicts (None where the peer was not measured in the same run), and
     (with `cutile`) the cuTile version's speed relative to ours on memory-bound cells. `stat`: the
     statistic of each record's per-call times compared (report.time_stat)."""
-    from mla_var3.report import time_stat as stat_of
+    from mla_var3.report import time_stat
 
-    def time_stat(rec, stat):
-        t = stat_of(rec, stat)
+    def timed(rec) -> float:
+        t = time_stat(rec, stat)
         if t is None:
             raise ValueError(f"--stat={stat}: a record of {rec['kernel']} ({rec['problem_key']}) keeps no samples "
                              f"to take it from")
@@ -72,7 +72,7 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
     ct = _latest(recs, cutile) if cutile else {}
     rows = []
     for key, r in ours.items():
-        us = time_stat(r, stat)
+        us = timed(r)
         gate, goal = thresholds(r["problem"])
         row = {"problem": key, "us": us, "peer_us": None, "speed": None, "gate": gate, "goal": goal,
                "gate_ok": None, "goal_ok": None, "together": None, "cutile_speed": None, "cutile_ok": None}
@@ -80,12 +80,12 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
         if p is not None:
             row["together"] = _together(r, p)
             if row["together"]:
-                row["peer_us"] = time_stat(p, stat)
+                row["peer_us"] = timed(p)
                 row["speed"] = row["peer_us"] / us
                 row["gate_ok"], row["goal_ok"] = row["speed"] >= gate, row["speed"] >= goal
         c = ct.get(key)
         if c is not None and r.get("bound") == "memory" and _together(r, c):
-            row["cutile_speed"] = us / time_stat(c, stat)
+            row["cutile_speed"] = us / timed(c)
             row["cutile_ok"] = row["cutile_speed"] >= CUTILE_MIN
         rows.append(row)
     return rows
