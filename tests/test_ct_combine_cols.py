@@ -1,0 +1,94 @@
+"""ct_flash_mla_decode_v6's column-blocked combines: the width the plan picks from the shape, the
+knob and its refusal, both combines compile for sm_90a at every width (CPU), and on the H200 both
+schedules against the reference at every width (only column block 0 may write lse), small
+batches included, and the balanced schedule under a CUDA graph replayed with new lengths."""
+import dataclasses
+
+import pytest
+
+from mla_var3.errors import PlanError
+from mla_var3.layers.mla.decode import MlaDecodeProblem
+from mla_var3.runtime import registry
+
+V6 = "ct_flash_mla_decode_v6"
+
+
+def _plan_module():
+    from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.ct_flash_mla_decode_v6 import ct_flash_mla_decode_v6
+    return ct_flash_mla_decode_v6
+
+
+@pytest.mark.parametrize("b,rows,rows_per_block,expected", [
+    (1, 16, 8, 64),        # 2 row blocks: the narrowest width, 16 blocks
+    (4, 16, 8, 64),        # 8 row blocks -> 64 blocks at 64 columns
+    (16, 16, 8, 64),       # 32 row blocks: 128 at 128 columns is still under 132
+    (16, 128, 8, 512),     # 256 row blocks fill the GPU at full width
+    (128, 16, 8, 512),     # 256 row blocks already fill the GPU: v5's combine
+    (1, 128, 4, 64),       # 32 row blocks
+])
+def test_combine_width_fills_the_gpu(b, rows, rows_per_block, expected):
+    mod = _plan_module()
+    t = mod.CtFlashMlaSplitTiling(combine_rows=rows_per_block)
+    row_blocks = b * -(-rows // rows_per_block)
+    cols = mod.resolve_combine_cols(t, b, rows)
+    # The rule: the widest width whose block count reaches one per SM, else the narrowest.
+    widths = [c for c in mod.COMBINE_COLS if row_blocks * (512 // c) >= mod.NUM_SMS]
+    assert cols == (max(widths) if widths else min(mod.COMBINE_COLS))
+    assert cols == expected
+    assert mod.resolve_combine_cols(dataclasses.replace(t, combine_cols=128), b, rows) == 128
+
+
+def test_default_rescale_and_refused_width():
+    plan = registry.get_plan(V6)
+    p = MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=32768)
+    t = plan.default_tiling(p)
+    assert t.rescale == "eager" and t.combine_cols == 0
+    assert {c.combine_cols for c in plan.autotune_configs(p)} >= {0, 64, 128, 256, 512}
+    with pytest.raises(PlanError, match="combine_cols must be 0"):
+        plan.check_tiling(plan.Tiling(combine_cols=96), p, None)
+
+
+@pytest.mark.parametrize("schedule,splits", [("sequence", 4), ("balanced", 1)])
+@pytest.mark.parametrize("cols", [64, 512])
+def test_combines_compile_for_sm90(schedule, splits, cols):
+    pytest.importorskip("cuda.tile")
+    plan = registry.get_plan(V6)
+    p = MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=3000)
+    t = plan.Tiling(schedule=schedule, num_splits=splits, combine_cols=cols)
+    info = plan.compile_only(p, "sm_90a", t)
+    assert info["combine_cubin_bytes"] > 0 and info["combine_cols"] == cols
+
+
+GPU_PROBLEMS = [MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=5000),
+                MlaDecodeProblem(b=3, s_q=2, h_q=64, seqlens=(0, 700, 4097)),
+                MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlens=(1, 2500))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [64, 128, 512])
+@pytest.mark.parametrize("schedule", ["sequence", "balanced"])
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key() for p in GPU_PROBLEMS])
+def test_column_blocked_combine_matches_reference(problem, schedule, cols):
+    from mla_var3.runtime import check
+    plan = registry.get_plan(V6)
+    if plan.unavailable():
+        pytest.skip(plan.unavailable())
+    t = plan.Tiling(schedule=schedule, num_splits=1 if schedule == "balanced" else 5, combine_cols=cols)
+    results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(0,), device="cuda", tiling=t)
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+@pytest.mark.gpu
+def test_column_blocked_combine_under_graph_replay_with_new_lengths():
+    from graph_replay import replay_with_new_lengths
+    plan = registry.get_plan(V6)
+    if plan.unavailable():
+        pytest.skip(plan.unavailable())
+    problem = MlaDecodeProblem(b=3, s_q=1, h_q=16, seqlens=(900, 900, 900))
+    inputs = problem.make_inputs(seed=0, device="cuda")
+    kern = plan.build(inputs, plan.Tiling(schedule="balanced", parts=7, combine_cols=64))
+    kern.compile()
+    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 2000))
+    cmp = problem.compare(outputs, problem.reference(replayed))
+    assert cmp.passed, cmp.reason
