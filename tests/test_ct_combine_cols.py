@@ -1,6 +1,7 @@
-"""ct_flash_mla_decode_v6's column-blocked combines: the width the plan picks from the shape, the
-knob and its refusal, both combines compile for sm_90a at every width (CPU), and on the H200 both
-schedules against the reference at every width (only column block 0 may write lse), small
+"""ct_flash_mla_decode_v6's column-blocked combines and v7's several slots per combine iteration:
+the width and slot count the plans pick from the shape, the knobs and their refusals, both combines
+compile for sm_90a (CPU), and on the H200 both schedules against the reference at several widths
+and slot counts (only column block 0 may write lse; v7's slots of other sequences weigh 0), small
 batches included, and the balanced schedule under a CUDA graph replayed with new lengths."""
 import dataclasses
 
@@ -11,11 +12,12 @@ from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
 
 V6 = "ct_flash_mla_decode_v6"
+V7 = "ct_flash_mla_decode_v7"
 
 
-def _plan_module():
-    from mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.ct_flash_mla_decode_v6 import ct_flash_mla_decode_v6
-    return ct_flash_mla_decode_v6
+def _plan_module(version=V6):
+    import importlib
+    return importlib.import_module(f"mla_var3.kernel.cutile_python.mla.ct_flash_mla_decode.{version}.{version}")
 
 
 @pytest.mark.parametrize("b,rows,rows_per_block,expected", [
@@ -26,8 +28,9 @@ def _plan_module():
     (128, 16, 8, 512),     # 256 row blocks already fill the GPU: v5's combine
     (1, 128, 4, 64),       # 32 row blocks
 ])
-def test_combine_width_fills_the_gpu(b, rows, rows_per_block, expected):
-    mod = _plan_module()
+@pytest.mark.parametrize("version", [V6, V7])
+def test_combine_width_fills_the_gpu(version, b, rows, rows_per_block, expected):
+    mod = _plan_module(version)
     t = mod.CtFlashMlaSplitTiling(combine_rows=rows_per_block)
     row_blocks = b * -(-rows // rows_per_block)
     cols = mod.resolve_combine_cols(t, b, rows)
@@ -36,6 +39,25 @@ def test_combine_width_fills_the_gpu(b, rows, rows_per_block, expected):
     assert cols == (max(widths) if widths else min(mod.COMBINE_COLS))
     assert cols == expected
     assert mod.resolve_combine_cols(dataclasses.replace(t, combine_cols=128), b, rows) == 128
+
+
+@pytest.mark.parametrize("cols,rows_per_block,expected", [(512, 8, 1), (256, 8, 2), (128, 8, 4), (64, 8, 8),
+                                                          (64, 4, 16), (64, 16, 4), (512, 4, 2)])
+def test_combine_slots_keep_one_iteration_at_16_kb(cols, rows_per_block, expected):
+    mod = _plan_module(V7)
+    t = mod.CtFlashMlaSplitTiling(combine_rows=rows_per_block)
+    k = mod.resolve_combine_slots(t, cols)
+    assert k == expected and k * rows_per_block * cols <= 8 * 512
+    assert mod.resolve_combine_slots(dataclasses.replace(t, combine_slots=2), cols) == 2
+
+
+def test_v7_slots_knob_and_refusal():
+    plan = registry.get_plan(V7)
+    p = MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=32768)
+    assert plan.default_tiling(p).combine_slots == 0
+    assert {c.combine_slots for c in plan.autotune_configs(p)} >= {0, 1, 2, 4, 8, 16}
+    with pytest.raises(PlanError, match="combine_slots must be 0"):
+        plan.check_tiling(plan.Tiling(combine_slots=3), p, None)
 
 
 def test_default_rescale_and_refused_width():
@@ -49,14 +71,18 @@ def test_default_rescale_and_refused_width():
 
 
 @pytest.mark.parametrize("schedule,splits", [("sequence", 4), ("balanced", 1)])
-@pytest.mark.parametrize("cols", [64, 512])
-def test_combines_compile_for_sm90(schedule, splits, cols):
+@pytest.mark.parametrize("version,cols,slots", [(V6, 64, 0), (V6, 512, 0), (V7, 64, 8), (V7, 512, 2)])
+def test_combines_compile_for_sm90(schedule, splits, version, cols, slots):
     pytest.importorskip("cuda.tile")
-    plan = registry.get_plan(V6)
+    plan = registry.get_plan(version)
     p = MlaDecodeProblem(b=2, s_q=1, h_q=16, seqlen=3000)
     t = plan.Tiling(schedule=schedule, num_splits=splits, combine_cols=cols)
+    if slots:
+        t = dataclasses.replace(t, combine_slots=slots)
     info = plan.compile_only(p, "sm_90a", t)
     assert info["combine_cubin_bytes"] > 0 and info["combine_cols"] == cols
+    if slots:
+        assert info["combine_slots"] == slots
 
 
 GPU_PROBLEMS = [MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=5000),
@@ -64,31 +90,37 @@ GPU_PROBLEMS = [MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=5000),
                 MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlens=(1, 2500))]
 
 
+GPU_KNOBS = [(V6, 64, 0), (V6, 128, 0), (V6, 512, 0), (V7, 64, 8), (V7, 64, 1), (V7, 128, 4), (V7, 512, 2)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("cols", [64, 128, 512])
+@pytest.mark.parametrize("version,cols,slots", GPU_KNOBS)
 @pytest.mark.parametrize("schedule", ["sequence", "balanced"])
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key() for p in GPU_PROBLEMS])
-def test_column_blocked_combine_matches_reference(problem, schedule, cols):
+def test_column_blocked_combine_matches_reference(problem, schedule, version, cols, slots):
     from mla_var3.runtime import check
-    plan = registry.get_plan(V6)
+    plan = registry.get_plan(version)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     t = plan.Tiling(schedule=schedule, num_splits=1 if schedule == "balanced" else 5, combine_cols=cols)
+    if slots:
+        t = dataclasses.replace(t, combine_slots=slots)
     results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(0,), device="cuda", tiling=t)
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
 
 
 @pytest.mark.gpu
-def test_column_blocked_combine_under_graph_replay_with_new_lengths():
+@pytest.mark.parametrize("version", [V6, V7])
+def test_column_blocked_combine_under_graph_replay_with_new_lengths(version):
     from graph_replay import replay_with_new_lengths
-    plan = registry.get_plan(V6)
+    plan = registry.get_plan(version)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     problem = MlaDecodeProblem(b=3, s_q=1, h_q=16, seqlens=(900, 900, 900))
     inputs = problem.make_inputs(seed=0, device="cuda")
     kern = plan.build(inputs, plan.Tiling(schedule="balanced", parts=7, combine_cols=64))
     kern.compile()
-    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 2000))
+    outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 950))
     cmp = problem.compare(outputs, problem.reference(replayed))
     assert cmp.passed, cmp.reason
