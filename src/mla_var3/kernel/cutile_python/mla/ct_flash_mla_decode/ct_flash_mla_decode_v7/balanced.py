@@ -162,27 +162,43 @@ def ct_flash_mla_decode_v7_balanced_combine_kernel(PartO, PartLse, Seqlens, Part
     m = ct.full((BLOCK_R, 1), -math.inf, dtype=ct.float32)
     w_sum = ct.full((BLOCK_R, 1), 0.0, dtype=ct.float32)
     acc = ct.full((BLOCK_R, BLOCK_D), 0.0, dtype=ct.float32)
-    lse_view = PartLse.tiled_view((SLOTS, BLOCK_R), padding_mode=ct.PaddingMode.NEG_INF,
-                                  traversal_steps=(1, BLOCK_R))
-    o_view = PartO.tiled_view((SLOTS, BLOCK_R, BLOCK_D), padding_mode=ct.PaddingMode.ZERO,
-                              traversal_steps=(1, BLOCK_R, BLOCK_D))
-    n_slots = p_end - p_first
-    slot_k = ct.arange(SLOTS, dtype=ct.int32)
-    no_pen = ct.full((SLOTS,), 0.0, dtype=ct.float32)
-    out_pen = ct.full((SLOTS,), -math.inf, dtype=ct.float32)
-    for c in range(ct.cdiv(n_slots, SLOTS)):
-        s0 = p_first + bi + c * SLOTS                 # this iteration's first slot
-        # Slots past this sequence's last: lse -inf (added, so a [SLOTS, 1] column broadcasts).
-        pen = ct.where(c * SLOTS + slot_k < n_slots, no_pen, out_pen).reshape((SLOTS, 1))
-        lse_c = lse_view.load((s0, rt)).reshape((SLOTS, BLOCK_R)) + pen          # [SLOTS, BLOCK_R]
-        o = o_view.load((s0, rt, cb)).reshape((SLOTS, BLOCK_R, BLOCK_D))
-        m_new = ct.maximum(m, ct.max(lse_c, axis=0).reshape((BLOCK_R, 1)))
-        m_ref = ct.where(m_new > -math.inf, m_new, ct.full((BLOCK_R, 1), 0.0, dtype=ct.float32))
-        alpha = ct.exp2(m - m_ref)            # 0 while nothing was seen (m = -inf)
-        w = ct.exp2(lse_c - m_ref.reshape((1, BLOCK_R)))                          # [SLOTS, BLOCK_R]
-        acc = acc * alpha + ct.sum(w.reshape((SLOTS, BLOCK_R, 1)) * o, axis=0)
-        w_sum = w_sum * alpha + ct.sum(w, axis=0).reshape((BLOCK_R, 1))
-        m = m_new
+    if SLOTS == 1:
+        # One slot per iteration: v6's loop as it was. The view below at one slot compiles, at
+        # 512 columns, to 15.8 KB of stack per thread (128 registers at occupancy 2).
+        for p in range(p_first, p_end):
+            lse_p = ct.load(PartLse, index=(p + bi, rt), shape=(1, BLOCK_R),
+                            padding_mode=ct.PaddingMode.NEG_INF).reshape((BLOCK_R, 1))
+            o = ct.load(PartO, index=(p + bi, rt, cb), shape=(1, BLOCK_R, BLOCK_D),
+                        padding_mode=ct.PaddingMode.ZERO).reshape((BLOCK_R, BLOCK_D))
+            m_new = ct.maximum(m, lse_p)
+            m_ref = ct.where(m_new > -math.inf, m_new, ct.full((BLOCK_R, 1), 0.0, dtype=ct.float32))
+            alpha = ct.exp2(m - m_ref)            # 0 while nothing was seen (m = -inf)
+            w = ct.exp2(lse_p - m_ref)            # 0 for a piece that saw nothing of the row
+            acc = acc * alpha + w * o
+            w_sum = w_sum * alpha + w
+            m = m_new
+    else:
+        lse_view = PartLse.tiled_view((SLOTS, BLOCK_R), padding_mode=ct.PaddingMode.NEG_INF,
+                                      traversal_steps=(1, BLOCK_R))
+        o_view = PartO.tiled_view((SLOTS, BLOCK_R, BLOCK_D), padding_mode=ct.PaddingMode.ZERO,
+                                  traversal_steps=(1, BLOCK_R, BLOCK_D))
+        n_slots = p_end - p_first
+        slot_k = ct.arange(SLOTS, dtype=ct.int32)
+        no_pen = ct.full((SLOTS,), 0.0, dtype=ct.float32)
+        out_pen = ct.full((SLOTS,), -math.inf, dtype=ct.float32)
+        for c in range(ct.cdiv(n_slots, SLOTS)):
+            s0 = p_first + bi + c * SLOTS                 # this iteration's first slot
+            # Slots past this sequence's last: lse -inf (added, so a [SLOTS, 1] column broadcasts).
+            pen = ct.where(c * SLOTS + slot_k < n_slots, no_pen, out_pen).reshape((SLOTS, 1))
+            lse_c = lse_view.load((s0, rt)).reshape((SLOTS, BLOCK_R)) + pen          # [SLOTS, BLOCK_R]
+            o = o_view.load((s0, rt, cb)).reshape((SLOTS, BLOCK_R, BLOCK_D))
+            m_new = ct.maximum(m, ct.max(lse_c, axis=0).reshape((BLOCK_R, 1)))
+            m_ref = ct.where(m_new > -math.inf, m_new, ct.full((BLOCK_R, 1), 0.0, dtype=ct.float32))
+            alpha = ct.exp2(m - m_ref)            # 0 while nothing was seen (m = -inf)
+            w = ct.exp2(lse_c - m_ref.reshape((1, BLOCK_R)))                          # [SLOTS, BLOCK_R]
+            acc = acc * alpha + ct.sum(w.reshape((SLOTS, BLOCK_R, 1)) * o, axis=0)
+            w_sum = w_sum * alpha + ct.sum(w, axis=0).reshape((BLOCK_R, 1))
+            m = m_new
     seen = m > -math.inf
     m_safe = ct.where(seen, m, ct.full((BLOCK_R, 1), 0.0, dtype=ct.float32))
     l_safe = ct.where(seen, w_sum, ct.full((BLOCK_R, 1), 1.0, dtype=ct.float32))

@@ -1,5 +1,5 @@
 """ct_flash_mla_decode_v7: v6 with combines that merge several partial slots per loop iteration
-(`combine_slots`; 0 = as many as keep an iteration's load at v5's 16 KB).
+(`combine_slots`; 0 = 8 at 64 columns, where the narrow combines run, else 1).
 
 Why: v6 split the combines over the output columns, and b=1 h_q=16 seqlen=32768 went from 185.8 to
 60.9 us, but its balanced combine still took 47.5 us (ncu) for 132 slots: about 0.36 us per
@@ -29,7 +29,6 @@ SCHEDULES = ("sequence", "balanced")
 RESCALES = ("lazy", "eager")   # v5: the online softmax's reference max moved lazily, or every tile (v4)
 COMBINE_COLS = (64, 128, 256, 512)   # v6: output columns per combine block
 COMBINE_SLOTS = (1, 2, 4, 8, 16)     # v7: partial slots merged per combine iteration
-COMBINE_ELEMS = 8 * D_V              # v7: f32 elements per combine iteration's load (v5's: 8 rows x 512)
 MAX_PARTS = 1024
 MAX_BALANCED_B = 4096          # the balanced kernels load every length as one [pow2(b)] tile
 SPLIT_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
@@ -172,15 +171,13 @@ def resolve_combine_cols(tiling, b: int, rows: int) -> int:
 
 
 def resolve_combine_slots(tiling, cols: int) -> int:
-    """Partial slots per combine iteration: the tiling's `combine_slots`, or the most (a power of
-    two, at most 16) whose [slots, combine_rows, cols] f32 load stays within COMBINE_ELEMS (v5's
-    one-slot load of 8 rows x 512): 1 at full width, 8 at 64 columns."""
+    """Partial slots per combine iteration: the tiling's `combine_slots`, or 8 at 64 columns
+    (a [8, 8 rows, 64] f32 load: 16 KB, v5's one-slot load of 8 rows x 512) and 1 at any wider
+    width. Exported for sm_90 at occupancy 2 (128 registers), [2, 8, 256] and [4, 8, 128] spill
+    (3.4 KB and 248 B of stack per thread) where [8, 8, 64] and [16, 8, 64] do not."""
     if tiling.combine_slots:
         return tiling.combine_slots
-    k = 1
-    while 2 * k <= COMBINE_SLOTS[-1] and 2 * k * tiling.combine_rows * cols <= COMBINE_ELEMS:
-        k *= 2
-    return k
+    return 8 if cols == COMBINE_COLS[0] else 1
 
 
 def balanced_reasons(problem, tiling) -> list[str]:
