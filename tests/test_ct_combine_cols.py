@@ -4,6 +4,7 @@ compile for sm_90a (CPU), and on the H200 both schedules against the reference a
 and slot counts (only column block 0 may write lse; v7's slots of other sequences weigh 0), small
 batches included, and the balanced schedule under a CUDA graph replayed with new lengths."""
 import dataclasses
+import math
 
 import pytest
 
@@ -13,6 +14,7 @@ from mla_var3.runtime import registry
 
 V6 = "ct_flash_mla_decode_v6"
 V7 = "ct_flash_mla_decode_v7"
+V8 = "ct_flash_mla_decode_v8"
 
 
 def _plan_module(version=V6):
@@ -28,7 +30,7 @@ def _plan_module(version=V6):
     (128, 16, 8, 512),     # 256 row blocks already fill the GPU: v5's combine
     (1, 128, 4, 64),       # 32 row blocks
 ])
-@pytest.mark.parametrize("version", [V6, V7])
+@pytest.mark.parametrize("version", [V6, V7, V8])
 def test_combine_width_fills_the_gpu(version, b, rows, rows_per_block, expected):
     mod = _plan_module(version)
     t = mod.CtFlashMlaSplitTiling(combine_rows=rows_per_block)
@@ -43,8 +45,9 @@ def test_combine_width_fills_the_gpu(version, b, rows, rows_per_block, expected)
 
 @pytest.mark.parametrize("cols,rows_per_block,expected", [(512, 8, 1), (256, 8, 1), (128, 8, 1), (64, 8, 8),
                                                           (64, 4, 8), (512, 4, 1)])
-def test_combine_slots_only_at_the_narrow_width(cols, rows_per_block, expected):
-    mod = _plan_module(V7)
+@pytest.mark.parametrize("version", [V7, V8])
+def test_combine_slots_only_at_the_narrow_width(version, cols, rows_per_block, expected):
+    mod = _plan_module(version)
     t = mod.CtFlashMlaSplitTiling(combine_rows=rows_per_block)
     assert mod.resolve_combine_slots(t, cols) == expected
     assert mod.resolve_combine_slots(dataclasses.replace(t, combine_slots=2), cols) == 2
@@ -70,7 +73,7 @@ def test_default_rescale_and_refused_width():
 
 
 @pytest.mark.parametrize("schedule,splits", [("sequence", 4), ("balanced", 1)])
-@pytest.mark.parametrize("version,cols,slots", [(V6, 64, 0), (V7, 64, 8)])
+@pytest.mark.parametrize("version,cols,slots", [(V6, 64, 0), (V7, 64, 8), (V8, 64, 8)])
 def test_combines_compile_for_sm90(schedule, splits, version, cols, slots):
     pytest.importorskip("cuda.tile")
     plan = registry.get_plan(version)
@@ -84,6 +87,40 @@ def test_combines_compile_for_sm90(schedule, splits, version, cols, slots):
         assert info["combine_slots"] == slots
 
 
+@pytest.mark.parametrize("n_slots,first", [(1, 0), (7, 2), (17, 5), (8, 0)])
+def test_two_pass_slot_merge_equals_the_softmax_merge(n_slots, first):
+    """v8's balanced combine in PyTorch: SLOTS-wide chunks from slot `first`, slots past the
+    sequence's own weighed 0 through lse -inf, an elementwise max pass then an elementwise sum pass,
+    each reduced over the slots once; against the direct merge of the sequence's own partials."""
+    import torch
+    g = torch.Generator().manual_seed(n_slots)
+    SLOTS, R, D = 8, 4, 16
+    total = first + n_slots + SLOTS                   # the workspace: other sequences' slots around
+    lse = torch.randn(total, R, generator=g, dtype=torch.float64) * 4
+    if n_slots > 1:
+        lse[first + 1, 0] = -math.inf                 # a piece that saw nothing of row 0
+    o = torch.randn(total, R, D, generator=g, dtype=torch.float64)
+    chunks = -(-n_slots // SLOTS)
+    k = torch.arange(SLOTS)
+    m3 = torch.full((SLOTS, R), -math.inf, dtype=torch.float64)
+    for c in range(chunks):
+        pen = torch.where(c * SLOTS + k < n_slots, 0.0, -math.inf).reshape(SLOTS, 1)
+        m3 = torch.maximum(m3, lse[first + c * SLOTS:first + (c + 1) * SLOTS] + pen)
+    m = m3.max(dim=0).values
+    acc3 = torch.zeros(SLOTS, R, D, dtype=torch.float64)
+    w3 = torch.zeros(SLOTS, R, dtype=torch.float64)
+    for c in range(chunks):
+        pen = torch.where(c * SLOTS + k < n_slots, 0.0, -math.inf).reshape(SLOTS, 1)
+        w = torch.exp2(lse[first + c * SLOTS:first + (c + 1) * SLOTS] + pen - m)
+        acc3 += w[:, :, None] * o[first + c * SLOTS:first + (c + 1) * SLOTS]
+        w3 += w
+    out = acc3.sum(0) / w3.sum(0)[:, None]
+    own = torch.softmax(lse[first:first + n_slots] * math.log(2.0), dim=0)       # weights 2^lse / sum
+    assert torch.allclose(out, (own[:, :, None] * o[first:first + n_slots]).sum(0), rtol=1e-12, atol=1e-12)
+    assert torch.allclose(m + torch.log2(w3.sum(0)), torch.logsumexp(lse[first:first + n_slots] * math.log(2.0), 0)
+                          / math.log(2.0), rtol=1e-12, atol=1e-12)
+
+
 GPU_PROBLEMS = [MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=5000),
                 MlaDecodeProblem(b=3, s_q=2, h_q=64, seqlens=(0, 700, 4097)),
                 MlaDecodeProblem(b=2, s_q=1, h_q=128, seqlens=(1, 2500))]
@@ -93,7 +130,7 @@ GPU_PROBLEMS = [MlaDecodeProblem(b=1, s_q=1, h_q=16, seqlen=5000),
 # is: v6 at three widths and v7's default (64 columns, 8 slots) on every problem, v7's other slot
 # counts (1, and the spilling 4 at 128 and 2 at 512 columns) on the first.
 GPU_CASES = ([(p, s, V6, c, 0) for p in GPU_PROBLEMS for s in ("sequence", "balanced") for c in (64, 128, 512)]
-             + [(p, s, V7, 64, 8) for p in GPU_PROBLEMS for s in ("sequence", "balanced")]
+             + [(p, s, v, 64, 8) for v in (V7, V8) for p in GPU_PROBLEMS for s in ("sequence", "balanced")]
              + [(GPU_PROBLEMS[0], s, V7, c, k) for s in ("sequence", "balanced") for c, k in ((64, 1), (128, 4), (512, 2))])
 
 
@@ -114,7 +151,7 @@ def test_column_blocked_combine_matches_reference(problem, schedule, version, co
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", [V6, V7])
+@pytest.mark.parametrize("version", [V6, V7, V8])
 def test_column_blocked_combine_under_graph_replay_with_new_lengths(version):
     from graph_replay import replay_with_new_lengths
     plan = registry.get_plan(version)
