@@ -94,3 +94,19 @@ def test_stat_p10_judges_the_fast_mode(tmp_path, capsys):
     path.write_text("\n".join(json.dumps(r) for r in [ours, peer]))
     assert peer_gate.main(["--records", str(path), "--kernel", "k_v1", "--stat", "p10"]) == 2
     assert "--stat=p10: a record of k_v1 (b=128,seqlen=4096) keeps no samples" in capsys.readouterr().err
+
+
+def test_cutile_bar_takes_the_best_of_several_versions_per_cell():
+    recs = [_rec("k_v1", 100.0, bound="memory"), _rec("ct_v1", 180.0), _rec("ct_v2", 150.0),
+            _rec("k_v1", 100.0, seqlen=8192, bound="memory"), _rec("ct_v1", 160.0, seqlen=8192),
+            _rec("ct_v2", 170.0, seqlen=8192),
+            _rec("k_v1", 100.0, seqlen=1024, bound="memory"), _rec("ct_v1", 140.0, seqlen=1024),
+            _rec("ct_v2", 120.0, seqlen=1024, ts="2026-12-01T10:00:00+00:00")]     # another run: not paired
+    rows = {r["problem"]: r for r in peer_gate.peer_gate(recs, "k_v1", "peer_v1", cutile="ct_v1,ct_v2")}
+    assert rows["b=128,seqlen=4096"]["cutile_best"] == "ct_v2" and rows["b=128,seqlen=4096"]["cutile_speed"] == 100 / 150
+    assert rows["b=128,seqlen=8192"]["cutile_best"] == "ct_v1" and rows["b=128,seqlen=8192"]["cutile_ok"] is True
+    assert rows["b=128,seqlen=1024"]["cutile_best"] == "ct_v1"
+    text = peer_gate.format_gate(list(rows.values()), "k_v1", "peer_v1", "ct_v1,ct_v2")
+    assert "cuTile's best of ct_v1, ct_v2 >= 0.6x our speed on 3/3 memory-bound cells" in text.splitlines()[0]
+    assert "0.667 ok (>= 0.60) ct_v2" in text
+    assert peer_gate.cutile_names(" ct_v1, ct_v2 ") == ["ct_v1", "ct_v2"] and peer_gate.cutile_names(None) == []

@@ -3,10 +3,11 @@ measured together (`--compare=flashmla_decode,...`):
 
 - gate: our speed >= 0.95x the peer's at seqlen >= 4096 and on the small-batch rows, >= 0.85x below;
 - goal: >= 1.0x everywhere, >= 1.05x on the varlen cells at seqlen 1024;
-- with `--cutile NAME`: that cuTile version at >= 0.6x our speed on the cells our record calls memory-bound.
+- with `--cutile NAME[,NAME...]`: cuTile's best (per cell, the fastest of those versions measured in
+  the same run as ours) at >= 0.6x our speed on the cells our record calls memory-bound.
 
     python -m mla_var3.layers.mla.peer_gate --records DIR|FILE... --kernel flash_mla_decode_v32 \\
-        [--peer flashmla_decode_v1] [--cutile ct_flash_mla_decode_v3] [--stat median|p10|...]
+        [--peer flashmla_decode_v1] [--cutile ct_flash_mla_decode_v7,ct_flash_mla_decode_v4] [--stat median|p10|...]
 
 Speed ratio = the other's median time over ours (`--stat p10`: the 10th percentile of each one's
 samples, the fast mode when the power cap splits a clock-bound kernel's replays; judging by both
@@ -54,12 +55,21 @@ def thresholds(problem: dict) -> tuple[float, float]:
     return gate, goal
 
 
-def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = None,
+def cutile_names(cutile: str | list[str] | None) -> list[str]:
+    """`--cutile`'s versions: one name, a comma-separated list or a list."""
+    if not cutile:
+        return []
+    names = cutile.split(",") if isinstance(cutile, str) else list(cutile)
+    return [n.strip() for n in names if n.strip()]
+
+
+def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | list[str] | None = None,
               stat: str = "median") -> list[dict]:
     """One row per problem `kernel` has a bench record of: times, our speed relative to `peer`'s
     with its gate and goal verdicts (None where the peer was not measured in the same run), and
-    (with `cutile`) the cuTile version's speed relative to ours on memory-bound cells. `stat`: the
-    statistic of each record's per-call times compared (report.time_stat)."""
+    (with `cutile`: one or several versions) cuTile's best speed relative to ours on memory-bound
+    cells, from the fastest of those versions measured in the same run as ours (`cutile_best`
+    names it). `stat`: the statistic of each record's per-call times compared (report.time_stat)."""
     from mla_var3.report import time_stat
 
     def timed(rec) -> float:
@@ -69,13 +79,14 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
                              f"to take it from")
         return t
     ours, theirs = _latest(recs, kernel), _latest(recs, peer)
-    ct = _latest(recs, cutile) if cutile else {}
+    cts = {name: _latest(recs, name) for name in cutile_names(cutile)}
     rows = []
     for key, r in ours.items():
         us = timed(r)
         gate, goal = thresholds(r["problem"])
         row = {"problem": key, "us": us, "peer_us": None, "speed": None, "gate": gate, "goal": goal,
-               "gate_ok": None, "goal_ok": None, "together": None, "cutile_speed": None, "cutile_ok": None}
+               "gate_ok": None, "goal_ok": None, "together": None, "cutile_speed": None, "cutile_ok": None,
+               "cutile_best": None}
         p = theirs.get(key)
         if p is not None:
             row["together"] = _together(r, p)
@@ -83,19 +94,23 @@ def peer_gate(recs: list[dict], kernel: str, peer: str, cutile: str | None = Non
                 row["peer_us"] = timed(p)
                 row["speed"] = row["peer_us"] / us
                 row["gate_ok"], row["goal_ok"] = row["speed"] >= gate, row["speed"] >= goal
-        c = ct.get(key)
-        if c is not None and r.get("bound") == "memory" and _together(r, c):
-            row["cutile_speed"] = us / timed(c)
-            row["cutile_ok"] = row["cutile_speed"] >= CUTILE_MIN
+        if r.get("bound") == "memory":
+            runs = [(timed(c), name) for name, got in cts.items() if (c := got.get(key)) is not None and _together(r, c)]
+            if runs:
+                best_us, row["cutile_best"] = min(runs)
+                row["cutile_speed"] = us / best_us
+                row["cutile_ok"] = row["cutile_speed"] >= CUTILE_MIN
         rows.append(row)
     return rows
 
 
-def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = None, stat: str = "median") -> str:
+def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | list[str] | None = None,
+                stat: str = "median") -> str:
     from mla_var3.report import text_table
 
     def verdict(value, ok, need):
         return "-" if value is None else f"{value:.3f} {'ok' if ok else 'MISS'} (>= {need:.2f})"
+    names = cutile_names(cutile)
     cells = []
     for r in rows:
         cell = {"problem": r["problem"], "us": f"{r['us']:.1f}",
@@ -104,15 +119,19 @@ def format_gate(rows: list[dict], kernel: str, peer: str, cutile: str | None = N
                 "goal": verdict(r["speed"], r["goal_ok"], r["goal"])}
         if r["together"] is False:
             cell["gate"] = cell["goal"] = "not measured together"
-        if cutile:
-            cell[f"{cutile} speed / ours"] = verdict(r["cutile_speed"], r["cutile_ok"], CUTILE_MIN)
+        if len(names) == 1:
+            cell[f"{names[0]} speed / ours"] = verdict(r["cutile_speed"], r["cutile_ok"], CUTILE_MIN)
+        elif names:
+            cell["cuTile best speed / ours"] = verdict(r["cutile_speed"], r["cutile_ok"], CUTILE_MIN) + (
+                f" {r['cutile_best']}" if r["cutile_best"] else "")
         cells.append(cell)
     judged = [r for r in rows if r["gate_ok"] is not None]
     head = (f"peer gate for {kernel} vs {peer} ({stat} times): gate {sum(r['gate_ok'] for r in judged)}/{len(judged)} met, "
             f"goal {sum(r['goal_ok'] for r in judged)}/{len(judged)}")
-    if cutile:
+    if names:
         mem = [r for r in rows if r["cutile_ok"] is not None]
-        head += f"; {cutile} >= {CUTILE_MIN}x our speed on {sum(r['cutile_ok'] for r in mem)}/{len(mem)} memory-bound cells"
+        who = names[0] if len(names) == 1 else f"cuTile's best of {', '.join(names)}"
+        head += f"; {who} >= {CUTILE_MIN}x our speed on {sum(r['cutile_ok'] for r in mem)}/{len(mem)} memory-bound cells"
     return head + "\n" + text_table(cells, list(cells[0]) if cells else ["problem"])
 
 
@@ -124,7 +143,9 @@ def main(argv=None) -> int:
     ap.add_argument("--records", required=True, nargs="+", help="records.jsonl files or directories")
     ap.add_argument("--kernel", required=True, help="our version whose cells are judged")
     ap.add_argument("--peer", default="flashmla_decode_v1", help="the peer version (default: flashmla_decode_v1)")
-    ap.add_argument("--cutile", default=None, help="a cuTile version to hold to >= 0.6x our speed on memory-bound cells")
+    ap.add_argument("--cutile", default=None,
+                    help="cuTile version(s), comma-separated: the fastest of them in each cell is held to >= 0.6x "
+                         "our speed on memory-bound cells")
     ap.add_argument("--stat", default="median", choices=STATS,
                     help="which statistic of each record's per-call times to compare (default median; p10: the "
                          "fast mode of a clock-bound kernel under the power cap)")
