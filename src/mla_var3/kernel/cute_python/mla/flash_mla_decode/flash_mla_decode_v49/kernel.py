@@ -743,6 +743,14 @@ class FlashMlaDecodeKernel:
                                 # ---- v49: tile B's exponentials against the last pair's max, while WG0
                                 # works on tile A (speculative_b.py); settled once A's statistics arrive
                                 exp_speculative(s_rc, row_max, tile_max, spec_off, psum)
+                                # pin those exponentials before the wait: compiled without this, ptxas
+                                # sinks them (register-only work) past barrier A's bar.sync; a shared
+                                # store of their quad row sums cannot move past it. The slot is this
+                                # warpgroup's epilogue row sum, rewritten there before anyone reads it.
+                                for r in cutlass.range_constexpr(n_rows):
+                                    q_sum = quad_allreduce_sum(psum[r])
+                                    if ltid % 4 == 0:
+                                        s_sum[c_rc[r, 0][0], 1] = q_sum
                                 tln.mark(rec, "wait_peer_start", p)
                                 cute.arch.barrier(barrier_id=BAR_A, number_of_threads=256)
                                 tln.mark(rec, "wait_peer_end", p)
