@@ -90,3 +90,27 @@ def test_both_orders_compile_for_sm90a(spec, monkeypatch):
     p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True)
     info = plan.compile_only(p, "sm_90a", plan.Tiling(speculative_b=spec))
     assert info["compiled"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [True, False])
+def test_v49_matches_the_reference_when_the_max_jumps_mid_sequence(spec, monkeypatch):
+    """Keys planted in later tiles (an A tile and a B tile of a split, and the last one) that score
+    about 30 against one head's query: the reference max jumps past the lazy threshold mid-split on
+    either warpgroup's tile, so the settling factor is not 1 there."""
+    monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
+    plan = registry.get_plan(V49)
+    if plan.unavailable():
+        pytest.skip(plan.unavailable())
+    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700))
+    inputs = problem.make_inputs(seed=0, device="cuda")
+    page = inputs.kv_cache.shape[1]
+    for seq, key, head in ((0, 200, 5), (0, 450, 40), (0, 999, 63), (1, 130, 0), (1, 390, 17)):
+        q = inputs.q[seq, 0, head].float()
+        k = q * (30.0 / (inputs.softmax_scale * float(q @ q)))
+        blk = int(inputs.block_table[seq, key // page])
+        inputs.kv_cache[blk, key % page, 0] = k.to(inputs.kv_cache.dtype)
+    kern = plan.build(inputs, plan.Tiling(speculative_b=spec, chunk=4))
+    kern.compile()
+    cmp = problem.compare(kern.run(inputs), problem.reference(inputs))
+    assert cmp.passed, cmp.reason
