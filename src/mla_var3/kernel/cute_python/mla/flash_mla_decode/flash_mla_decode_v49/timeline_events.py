@@ -1,4 +1,9 @@
-"""flash_mla_decode_v21's timeline schema (`--prof_type=timeline`): which events its instrumented
+"""flash_mla_decode_v49's timeline schema: v21's, with warpgroup 1's spans in v49's order (its softmax of
+tile B before the wait for tile A, then the settling and P store, the publish, P_A V_A). Built with
+`speculative_b=False` (v46's order) WG1's "softmax+P" and "settle+P store" spans do not describe what
+ran; read such a timeline with v46's schema. The rest of this docstring is v21's.
+
+flash_mla_decode_v21's timeline schema (`--prof_type=timeline`): which events its instrumented
 build records, and the phases (spans) drawn between them. Plain Python, no DSL import.
 
 Rows: warp 0 (WG0: scores tile A of each pair), warp 4 (WG1: tile B) and warp 8 (the producer of
@@ -35,11 +40,13 @@ SPANS = (
     Span("publish", "softmax_end", "own_sync", rows=WG0),
     Span("P_A V_A", "own_sync", "pv_a_end", rows=WG0),
     Span("wait peer", "wait_peer_start", "wait_peer_end", rows=WG0),
-    # WG1: waits for tile A's stats, issues P_A V_A, and does tile B's softmax under it
+    # WG1 (v49): tile B's softmax against the last pair's max, the wait for tile A's stats, the
+    # settling factor and the P_B store, the publish, then P_A V_A
+    Span("softmax+P", "rowmax_end", "wait_peer_start", rows=WG1),
     Span("wait peer", "wait_peer_start", "wait_peer_end", rows=WG1),
-    Span("P_A V_A", "wait_peer_end", "pv_a_end", rows=WG1),
-    Span("softmax+P", "pv_a_issued", "softmax_end", rows=WG1),
+    Span("settle+P store", "wait_peer_end", "softmax_end", rows=WG1),
     Span("publish", "softmax_end", "own_sync", rows=WG1),
+    Span("P_A V_A", "own_sync", "pv_a_end", rows=WG1),
     Span("P_B V_B", "pv_a_end", "pv_b_end", rows=MATH),
     # the producer of stage 0: wait for the stage to be freed, then issue the tile's boxes
     Span("wait stage 0 free", "a_wait_start", "a_wait_end", track="TMA", rows=PRODUCER),
