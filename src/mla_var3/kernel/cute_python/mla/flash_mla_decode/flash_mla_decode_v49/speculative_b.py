@@ -26,6 +26,19 @@ F32 = cutlass.Float32
 
 
 @cute.jit
+def lazy_ref(m_old: F32, tile_max: F32):
+    """lazy_rescale.exp_against_lazy_max's rule for one row: (m_ref, its offset). m_ref moves to
+    max(m_old, tile_max) only past RESCALE_THRESHOLD (or from -inf); the offset is m_ref, or 0 where
+    m_ref is -inf (no -inf - (-inf))."""
+    m_hi = cute.arch.fmax(m_old, tile_max)
+    m_ref = m_old
+    if m_hi - m_old > F32(RESCALE_THRESHOLD):          # -inf old: +inf > 8; both -inf: NaN, kept
+        m_ref = m_hi
+    m_off = m_ref if m_ref != -F32.inf else F32(0.0)
+    return m_ref, m_off
+
+
+@cute.jit
 def exp_speculative(s_rc: cute.Tensor, row_max: cute.Tensor, tile_max: cute.Tensor,
                     spec_off: cute.Tensor, psum: cute.Tensor):
     """P = exp2(s - m_off) in place, m_off the offset of m_spec = lazy(row_max, tile_max)
@@ -34,12 +47,7 @@ def exp_speculative(s_rc: cute.Tensor, row_max: cute.Tensor, tile_max: cute.Tens
     n_rows = cute.size(s_rc, mode=[0])
     n_cols = cute.size(s_rc, mode=[1])
     for r in cutlass.range_constexpr(n_rows):
-        m_old = row_max[r]
-        m_hi = cute.arch.fmax(m_old, tile_max[r])
-        m_ref = m_old
-        if m_hi - m_old > F32(RESCALE_THRESHOLD):          # -inf old: +inf > 8; both -inf: NaN, kept
-            m_ref = m_hi
-        m_off = m_ref if m_ref != -F32.inf else F32(0.0)   # no -inf - (-inf)
+        _, m_off = lazy_ref(row_max[r], tile_max[r])
         spec_off[r] = m_off
         acc = F32(0.0)
         for j in cutlass.range_constexpr(n_cols):
@@ -60,11 +68,7 @@ def settle_speculative(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Te
     n_cols = cute.size(s_rc, mode=[1])
     for r in cutlass.range_constexpr(n_rows):
         m_old = row_max[r]
-        m_hi = cute.arch.fmax(m_old, tile_max[r])
-        m_ref = m_old
-        if m_hi - m_old > F32(RESCALE_THRESHOLD):
-            m_ref = m_hi
-        m_off = m_ref if m_ref != -F32.inf else F32(0.0)
+        m_ref, m_off = lazy_ref(m_old, tile_max[r])
         corr = cute.math.exp2(m_old - m_off, fastmath=True)
         f = F32(1.0)                                       # the common case: the same offset
         if spec_off[r] != m_off:

@@ -441,11 +441,10 @@ class CtFlashMlaDecodeV8(KernelPlan):
         self.check_tiling(tiling, problem, None)
         if tiling.schedule == "balanced":
             schedule, split, combine = self._balanced_stages(tiling, problem.b, problem.s_q, problem.h_q)
+            cols = resolve_combine_cols(tiling, problem.b, problem.s_q * problem.h_q)
             return {"compiled": True, "gpu_code": gpu_code_for(arch), "schedule": "balanced",
                     "parts": resolve_parts(tiling, problem.s_q * problem.h_q),
-                    "combine_cols": resolve_combine_cols(tiling, problem.b, problem.s_q * problem.h_q),
-                    "combine_slots": resolve_combine_slots(
-                        tiling, resolve_combine_cols(tiling, problem.b, problem.s_q * problem.h_q)),
+                    "combine_cols": cols, "combine_slots": resolve_combine_slots(tiling, cols),
                     "schedule_cubin_bytes": len(schedule.export(arch)), "split_cubin_bytes": len(split.export(arch)),
                     "combine_cubin_bytes": len(combine.export(arch))}
         info = {"compiled": True, "gpu_code": gpu_code_for(arch), "num_splits": tiling.num_splits,
