@@ -535,7 +535,7 @@ def test_measured_order_names_registered_mla_versions_and_leads_the_candidates(m
     assert op_impl.preference("cutile", "ct_flash_mla_decode_v99") == (1, 0)    # unlisted: newest first
     ct = order["cutile"]
     assert ct.index("ct_flash_mla_decode_v4") < ct.index("ct_flash_mla_decode_v5")   # v5 measured slower
-    assert ct[:3] == ["ct_flash_mla_decode_v7", "ct_flash_mla_decode_v6", "ct_flash_mla_decode_v4"]
+    assert ct[:4] == ["ct_flash_mla_decode_v8", "ct_flash_mla_decode_v7", "ct_flash_mla_decode_v6", "ct_flash_mla_decode_v4"]
     # the candidate list on a GPU device, without asking torch about a GPU
     monkeypatch.setattr(op_impl, "_arch", lambda device: "sm_90a")
     names = [p.name for p in op_impl._candidates(torch.device("cuda"))]

@@ -280,7 +280,6 @@ class CtFlashMlaDecodeV8(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = CtFlashMlaSplitTiling
-    quarantine = "compiled for sm_90a and checked on the CPU only: not yet run on the H200 (session 22 had no device time left)"
     summary = "cuTile v7 + slot-batched combines with elementwise accumulators, reduced over the slots after the loop"
 
     def supports(self, problem) -> list[str]:
