@@ -30,9 +30,9 @@ def restore_p_against_new_max(s_rc: cute.Tensor, scale: cute.Tensor, r2s: cute.T
     from the float32 P_A still in the accumulator (s_rc / tRS_acc are views of it). Warp-uniform: a
     warp whose rows all have s_B == 1 does nothing. The caller has waited for its P_A V_A (whose
     wgmma reads the same slot) before, and fences the stores for the async proxy and signals P_A
-    after. (A wait_group inside this branch made ptxas serialize every wgmma of the kernel, as did
-    a wait_group(1) whose pending group count differed between branches: check the SASS's
-    `WARPGROUP.DEPBAR` count after moving any wait.)"""
+    after. (A wait_group(1) whose pending group count differed between branches made ptxas
+    serialize every wgmma of the kernel: check the SASS's `WARPGROUP.DEPBAR` count after moving
+    any wgmma wait.)"""
     need = scale[0] != F32(1.0)
     for r in cutlass.range_constexpr(1, cute.size(scale)):
         need = need | (scale[r] != F32(1.0))
