@@ -1,5 +1,6 @@
-"""Test helpers for GPU tests: a registered plan that can run here (or a skip naming why not), and
-one launch of a split-KV version's order stage on given lengths."""
+"""Test helpers for GPU tests: a registered plan that can run here (or a skip naming why not), one
+launch of a split-KV version's order stage on given lengths, and a check against the reference with
+keys planted so the running max jumps mid-sequence."""
 import pytest
 
 
@@ -29,3 +30,27 @@ def order_stage_output(plan, lens: list[int], chunk: int, slots: int) -> list[in
     stage.launch(x, None, ws)
     torch.cuda.synchronize()
     return ws["order"].flatten().tolist()
+
+
+# (sequence, key, head): with chunk=4, keys 200, 450 and 999 of sequence 0 fall in B tiles of their
+# splits (tiles 3, 7, 15), keys 130 and 390 of sequence 1 in A tiles (2, 6)
+PLANTED_KEYS = ((0, 200, 5), (0, 450, 40), (0, 999, 63), (1, 130, 0), (1, 390, 17))
+
+
+def check_with_planted_keys(plan, tiling, score: float = 30.0):
+    """b=2 s_q=2 h_q=64 lengths (1000, 700): each planted key scores `score` against one head's
+    query, past the lazy max's threshold, so the reference max jumps mid-split on A and B tiles of
+    the seesaw; `plan` built at `tiling` must still match the reference."""
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700))
+    inputs = problem.make_inputs(seed=0, device="cuda")
+    page = inputs.kv_cache.shape[1]
+    for seq, key, head in PLANTED_KEYS:
+        q = inputs.q[seq, 0, head].float()
+        k = q * (score / (inputs.softmax_scale * float(q @ q)))
+        blk = int(inputs.block_table[seq, key // page])
+        inputs.kv_cache[blk, key % page, 0] = k.to(inputs.kv_cache.dtype)
+    kern = plan.build(inputs, tiling)
+    kern.compile()
+    cmp = problem.compare(kern.run(inputs), problem.reference(inputs))
+    assert cmp.passed, cmp.reason

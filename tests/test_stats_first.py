@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from gpu_helpers import check_with_planted_keys
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -132,16 +133,4 @@ def test_v50_matches_the_reference_when_tile_b_moves_the_max(stats_first, monkey
     plan = registry.get_plan(V50)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
-    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700))
-    inputs = problem.make_inputs(seed=0, device="cuda")
-    page = inputs.kv_cache.shape[1]
-    # chunk 4: tiles 3, 7, 15 are B tiles of their splits (seq 0), 2 and 6 A tiles (seq 1)
-    for seq, key, head in ((0, 200, 5), (0, 450, 40), (0, 999, 63), (1, 130, 0), (1, 390, 17)):
-        q = inputs.q[seq, 0, head].float()
-        k = q * (30.0 / (inputs.softmax_scale * float(q @ q)))
-        blk = int(inputs.block_table[seq, key // page])
-        inputs.kv_cache[blk, key % page, 0] = k.to(inputs.kv_cache.dtype)
-    kern = plan.build(inputs, plan.Tiling(stats_first=stats_first, chunk=4))
-    kern.compile()
-    cmp = problem.compare(kern.run(inputs), problem.reference(inputs))
-    assert cmp.passed, cmp.reason
+    check_with_planted_keys(plan, plan.Tiling(stats_first=stats_first, chunk=4))

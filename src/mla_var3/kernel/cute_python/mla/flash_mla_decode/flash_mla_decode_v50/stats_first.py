@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.nvgpu import warpgroup
 
 from mla_var3.kernel.cute_python.common.online_softmax import scale_rows
 
