@@ -719,13 +719,13 @@ class FlashMlaDecodeKernel:
                                     scale[r] = x_scale[c_rc[r, 0][0], 1]
                                     row_max[r] = x_max[c_rc[r, 0][0], 1]
                                     row_sum[r] = row_sum[r] * scale[r]
-                                warpgroup.wait_group(0)
-                                tln.mark(rec, "pv_a_end", p)
                                 restore_p_against_new_max(s_rc, scale, r2s_p, tRS_acc, r_p32, r_p, tRS_sP)
                                 cute.arch.fence_proxy("async.shared", space="cta")
                                 cute.arch.barrier_arrive(barrier_id=BAR_PA, number_of_threads=256)
                                 cute.arch.barrier(barrier_id=BAR_PB, number_of_threads=256)
                                 tln.mark(rec, "wait_peer_end", p)
+                                warpgroup.wait_group(0)
+                                tln.mark(rec, "pv_a_end", p)
                                 with cute.arch.elect_one():
                                     self.release(empty, peer)                    # this warp is done with stage 0
                                 scale_rows_unless_one(o_rc, scale)

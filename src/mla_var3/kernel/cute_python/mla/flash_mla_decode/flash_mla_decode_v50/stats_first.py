@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.cute.nvgpu import warpgroup
 
 from mla_var3.kernel.cute_python.common.online_softmax import scale_rows
 
@@ -27,15 +28,17 @@ def restore_p_against_new_max(s_rc: cute.Tensor, scale: cute.Tensor, r2s: cute.T
                               r_p32: cute.Tensor, r_p: cute.Tensor, tRS_sP: cute.Tensor):
     """WG0, after reading tile B's correction `scale` (s_B per row): P_A := P_A * s_B in shared memory,
     from the float32 P_A still in the accumulator (s_rc / tRS_acc are views of it). Warp-uniform: a
-    warp whose rows all have s_B == 1 does nothing. The caller has waited for its P_A V_A (whose
-    wgmma reads the same slot) before, and fences the stores for the async proxy and signals P_A
-    after. (A wait_group(1) whose pending group count differed between branches made ptxas
-    serialize every wgmma of the kernel: check the SASS's `WARPGROUP.DEPBAR` count after moving
-    any wgmma wait.)"""
+    warp whose rows all have s_B == 1 does nothing. A warp that re-stores first waits for its
+    P_A V_A (whose wgmma reads the warp's 16 rows of P_A from the same slot); the others do not
+    wait, so WG1's P_A V_A need not follow WG0's. The caller fences the stores for the async proxy
+    and then signals P_A. (A wait_group(1) whose pending group count differed between branches made
+    ptxas serialize every wgmma of the kernel; this wait inside a warp-uniform branch does not:
+    check the SASS's `WARPGROUP.DEPBAR` count after moving any wgmma wait.)"""
     need = scale[0] != F32(1.0)
     for r in cutlass.range_constexpr(1, cute.size(scale)):
         need = need | (scale[r] != F32(1.0))
     if cute.arch.vote_any_sync(need):
+        warpgroup.wait_group(0)
         scale_rows(s_rc, scale)
         for v in cutlass.range_constexpr(cute.size(r_p32)):
             r_p32[v] = tRS_acc[v]
