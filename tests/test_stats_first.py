@@ -1,4 +1,4 @@
-"""flash_mla_decode_v50's statistics-first exchange (stats_first.py): the knob and its refusal, the
+"""flash_mla_decode_v50's statistics-first exchange (`stats_first`, its pair loop): the knob and its refusal, the
 algebra on the CPU (float64, PyTorch: over a stream of tile pairs with the lazy max, v50's order,
 in which WG1 rescales its O half once per pair and multiplies P_A re-stored against m_B, gives v46's
 O halves and row sums and the exact attention), the compiled code (v46's kernel when off; when on,

@@ -19,8 +19,9 @@ cycles go"). v49 moved WG1's exponentials ahead of that chain and lost (its P_A 
 later). v50 takes the P_A store and WG1's P_A V_A issue out of the chain and delays no wgmma issue
 of the pair's first half.
 
-Device code: kernel.py (split; the pair loop), stats_first.py (the statistics exchange and the
-P_A re-store), tail_rows.py, split_refill.py, common/split_order.py (order), combine.py (combine).
+Device code: kernel.py (split; the pair loop: the statistics exchange and the P_A re-store),
+lazy_rescale.py (`any_row_scaled`: the warp vote the re-store shares with the O rescale),
+tail_rows.py, split_refill.py, common/split_order.py (order), combine.py (combine).
 Devlog: docs/kernels/flash_mla_decode.md.
 
 v46's docstring:

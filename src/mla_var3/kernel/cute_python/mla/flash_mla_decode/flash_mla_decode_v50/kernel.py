@@ -307,14 +307,13 @@ from cutlass.tensor_utils import LayoutEnum
 
 from mla_var3.kernel.cute_python.common import timeline as tln
 from mla_var3.kernel.cute_python.common.epilogue import store_rows_from_smem
-from mla_var3.kernel.cute_python.common.online_softmax import scale_mask_rowmax
+from mla_var3.kernel.cute_python.common.online_softmax import scale_mask_rowmax, scale_rows
 from mla_var3.kernel.cute_python.common.paged_kv import (expect_tile, read_page_ids,
                                                          zero_tail_value_rows)
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
-from .lazy_rescale import exp_against_lazy_max, scale_rows_unless_one
-from .stats_first import restore_p_against_new_max
+from .lazy_rescale import any_row_scaled, exp_against_lazy_max, scale_rows_unless_one
 from .split_refill import load_part, load_part_pair
 from .tail_rows import flat_chunks, zero_rows_from
 from .unmasked_scores import scale_rowmax
@@ -408,7 +407,7 @@ class FlashMlaDecodeKernel:
         self.longest_first = longest_first           # v14: CTA (y, z) runs work item order[z, y] (common/split_order.py)
         self.whole = bool(full_tile_issue)           # v44: full tiles' boxes issued with no per-box branch
         self.wide_zero = bool(wide_tail_zero)        # v46: the last tile's rows past seqlen zeroed 16 B per store
-        self.stats_first = bool(stats_first)         # v50: statistics exchanged before P (stats_first.py)
+        self.stats_first = bool(stats_first)         # v50: statistics exchanged before P (the pair loop)
 
     # ---------------------------------------------------------------- host side
     @cute.jit
@@ -712,14 +711,23 @@ class FlashMlaDecodeKernel:
                                 tln.mark(rec, "pv_a_issued", p)
 
                                 # ---- tile B's statistics from WG1; P_A re-stored against m_B where B moved
-                                # the max (stats_first.py), then barrier P_A; O_L = O_L s_B + P_B V_B[:, :256]
+                                # the max, then barrier P_A; O_L = O_L s_B + P_B V_B[:, :256]
                                 tln.mark(rec, "wait_peer_start", p)
                                 cute.arch.barrier(barrier_id=BAR_B, number_of_threads=256)
                                 for r in cutlass.range_constexpr(n_rows):
                                     scale[r] = x_scale[c_rc[r, 0][0], 1]
                                     row_max[r] = x_max[c_rc[r, 0][0], 1]
                                     row_sum[r] = row_sum[r] * scale[r]
-                                restore_p_against_new_max(s_rc, scale, r2s_p, tRS_acc, r_p32, r_p, tRS_sP)
+                                # WG1 multiplies P_A' = 2^(s_A - m_B) = P_A s_B: in a warp where some row has
+                                # s_B != 1 (tile B moved the lazy max: rare after a split's first tiles),
+                                # re-store P_A * s_B from the float32 P_A still in acc_s, after this warp's
+                                # P_A V_A has read the slot; other warps' stored P_A already is P_A'. The
+                                # wait stays inside this warp-uniform branch (a wait before it made WG1's
+                                # P_A V_A follow WG0's in every pair) and compiles batched (12 DEPBAR).
+                                if any_row_scaled(scale):
+                                    warpgroup.wait_group(0)
+                                    scale_rows(s_rc, scale)
+                                    store_p(r2s_p, tRS_acc, r_p32, r_p, tRS_sP)
                                 cute.arch.fence_proxy("async.shared", space="cta")
                                 cute.arch.barrier_arrive(barrier_id=BAR_PA, number_of_threads=256)
                                 cute.arch.barrier(barrier_id=BAR_PB, number_of_threads=256)

@@ -51,11 +51,18 @@ def exp_against_lazy_max(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.
 
 
 @cute.jit
-def scale_rows_unless_one(o_rc: cute.Tensor, scale: cute.Tensor):
-    """common/online_softmax.scale_rows, skipped (warp-uniformly) when every row of the warp has
-    scale exactly 1."""
+def any_row_scaled(scale: cute.Tensor):
+    """Warp-uniform: whether some row of this warp has a correction other than exactly 1 (v50:
+    shared by the O rescale below and WG0's re-store of P_A in the pair loop)."""
     need = scale[0] != F32(1.0)
     for r in cutlass.range_constexpr(1, cute.size(scale)):
         need = need | (scale[r] != F32(1.0))
-    if cute.arch.vote_any_sync(need):
+    return cute.arch.vote_any_sync(need)
+
+
+@cute.jit
+def scale_rows_unless_one(o_rc: cute.Tensor, scale: cute.Tensor):
+    """common/online_softmax.scale_rows, skipped (warp-uniformly) when every row of the warp has
+    scale exactly 1."""
+    if any_row_scaled(scale):
         scale_rows(o_rc, scale)
