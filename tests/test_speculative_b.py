@@ -9,26 +9,16 @@ import math
 import pytest
 import torch
 from gpu_helpers import check_with_planted_keys
+from lazy_max_model import THR, lazy
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
 
 V49 = "flash_mla_decode_v49"
-THR = 8.0
-
-
-def _lazy(m_old, tile_max):
-    """lazy_rescale's rule, per row: the reference max moves only by more than THR (or from -inf)."""
-    m_hi = torch.maximum(m_old, tile_max)
-    moved = (m_hi - m_old) > THR                       # -inf old: +inf > 8; both -inf: NaN -> False
-    m_ref = torch.where(moved, m_hi, m_old)
-    return m_ref, torch.where(m_ref == -math.inf, torch.zeros_like(m_ref), m_ref)
-
-
 def _v46_b(s, m_a, row_sum):
     """v46's WG1 after the wait: exp_against_lazy_max of S_B against m_A."""
-    m_ref, off = _lazy(m_a, s.max(dim=1).values)
+    m_ref, off = lazy(m_a, s.max(dim=1).values)
     corr = torch.exp2(m_a - off)
     p = torch.exp2(s - off[:, None])
     return p, row_sum * corr + p.sum(1), m_ref, corr
@@ -37,10 +27,10 @@ def _v46_b(s, m_a, row_sum):
 def _v49_b(s, m_prev, m_a, row_sum):
     """v49's WG1: exp_speculative against m_prev before the wait, settle_speculative after it."""
     tile_max = s.max(dim=1).values
-    _, spec_off = _lazy(m_prev, tile_max)
+    _, spec_off = lazy(m_prev, tile_max)
     p = torch.exp2(s - spec_off[:, None])
     psum = p.sum(1)
-    m_ref, off = _lazy(m_a, tile_max)
+    m_ref, off = lazy(m_a, tile_max)
     corr = torch.exp2(m_a - off)
     fix = torch.where((spec_off != off) & (psum > 0), torch.exp2(spec_off - off), torch.ones_like(off))
     assert torch.all(fix <= 2.0 ** THR)                # the lazy rule bounds the factor
@@ -63,7 +53,7 @@ def test_speculative_b_matches_v46_order_over_a_stream_of_pairs():
         if pair == 0:
             s_a[0] = -math.inf                         # a row tile A masks entirely on the first pair
         # WG0: tile A against m (both orders alike)
-        m_a, off_a = _lazy(m, s_a.max(dim=1).values)
+        m_a, off_a = lazy(m, s_a.max(dim=1).values)
         moved += int((m_a != m).sum())
         p46, l46_new, m46, c46 = _v46_b(s_b, m_a, l46)
         p49, l49_new, m49, c49 = _v49_b(s_b, m, m_a, l49)

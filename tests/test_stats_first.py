@@ -11,36 +11,26 @@ import math
 import pytest
 import torch
 from gpu_helpers import check_with_planted_keys
+from lazy_max_model import lazy
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry
 
 V50, V46 = "flash_mla_decode_v50", "flash_mla_decode_v46"
-THR = 8.0
-
-
-def _lazy(m_old, tile_max):
-    """lazy_rescale's rule per row: the reference max moves only by more than THR (or from -inf);
-    returns (m_ref, the offset exponentials use: m_ref, or 0 where m_ref is -inf)."""
-    m_hi = torch.maximum(m_old, tile_max)
-    m_ref = torch.where((m_hi - m_old) > THR, m_hi, m_old)      # both -inf: NaN > 8 is False
-    return m_ref, torch.where(m_ref == -math.inf, torch.zeros_like(m_ref), m_ref)
-
-
 def _pair(state, s_a, s_b, v_a, v_b, stats_first: bool, warp_rows: int = 2):
     """One tile pair of the seesaw on (m, O_L, O_R, l0, l1); V split into left (WG0) and right (WG1)
     column halves. stats_first=False: v46's order; True: v50's."""
     m, o_l, o_r, l0, l1 = state
     half = v_a.shape[1] // 2
     # WG0, tile A (both orders): lazy max over m, P_A, O_L = O_L s_A + P_A V_A[:, :half]
-    m_a, off_a = _lazy(m, s_a.max(1).values)
+    m_a, off_a = lazy(m, s_a.max(1).values)
     s_a_corr = torch.exp2(m - off_a)
     p_a = torch.exp2(s_a - off_a[:, None])
     l0 = l0 * s_a_corr + p_a.sum(1)
     o_l = o_l * s_a_corr[:, None] + p_a @ v_a[:, :half]
     # WG1, tile B: its softmax against m_A (both orders)
-    m_b, off_b = _lazy(m_a, s_b.max(1).values)
+    m_b, off_b = lazy(m_a, s_b.max(1).values)
     s_b_corr = torch.exp2(m_a - off_b)
     p_b = torch.exp2(s_b - off_b[:, None])
     l1 = l1 * s_a_corr * s_b_corr + p_b.sum(1)
@@ -74,8 +64,8 @@ def test_stats_first_order_gives_v46s_o_and_the_exact_attention():
             s_a[0] = -math.inf                                # a row tile A masks on the first pair
         v_a = torch.randn(keys, d, generator=g, dtype=torch.float64)
         v_b = torch.randn(keys, d, generator=g, dtype=torch.float64)
-        m_a, _ = _lazy(state[True][0], s_a.max(1).values)
-        restored += int((_lazy(m_a, s_b.max(1).values)[0] != m_a).sum())
+        m_a, _ = lazy(state[True][0], s_a.max(1).values)
+        restored += int((lazy(m_a, s_b.max(1).values)[0] != m_a).sum())
         for f in (False, True):
             state[f] = _pair(state[f], s_a, s_b, v_a, v_b, f)
         all_s += [s_a, s_b]
