@@ -127,3 +127,34 @@ def test_profiles_run_the_given_tiling_in_the_inner_run(monkeypatch, tmp_path, c
     assert "refill_warps_2" in nvtx                          # range names replace "=" (profiling.range_name)
     (rec,) = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
     assert rec["tiling"]["refill_warps"] == 2
+
+
+def test_sample_classes_add_up_and_put_wgmma_waits_apart():
+    """The five classes of `sample_classes` partition the samples: the try-wait loops, then
+    `WARPGROUP.DEPBAR` (whose stalls ncu names `barrier`), then other `barrier` samples, HGMMA, the rest."""
+    (m,) = ncu_source.merge_launches(_kernels())
+    c = ncu_source.sample_classes(m)
+    assert list(c) == list(ncu_source.CLASSES)
+    assert sum(c.values()) == pytest.approx(m.samples)
+    assert c["mbarrier waits"] == pytest.approx(sum(w["samples"] for w in ncu_source.mbarrier_waits(m)))
+    depbar = sum(r.samples for r in m.rows if r.opcode.startswith("WARPGROUP.DEPBAR"))
+    assert c["wgmma waits"] == pytest.approx(depbar)
+    s = ncu_source.summarize(m)
+    assert s["classes_per_launch"]["mbarrier waits"] == pytest.approx(c["mbarrier waits"] / 2)   # two launches
+    assert "by class (samples per launch): mbarrier waits" in ncu_source.format_summary(s)
+    assert "  wgmma waits" in ncu_source.format_compare(s, s)
+
+
+def test_sample_classes_on_hand_made_rows():
+    """A DEPBAR whose samples ncu files under `barrier` is a wgmma wait, not a named-barrier wait; an
+    LDS right after `BAR.SYNC` carrying `barrier` samples is a named-barrier wait; an HGMMA's own samples
+    are issue; a try-wait loop's branch is an mbarrier wait."""
+    R = ncu_source.SourceRow
+    rows = [R(0, "0", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R6+URZ+0x98], R2", 1, 1, 1, {"long_sb": 1}),
+            R(1, "1", "@!P0  BRA 0x7f", 50, 50, 9, {"long_sb": 50}),
+            R(2, "2", "HGMMA.64x64x16.F32.BF16 R152, gdesc[UR16], R152, gsb0", 7, 7, 4, {"dispatch": 7}),
+            R(3, "3", "WARPGROUP.DEPBAR.LE gsb0, 0x0", 40, 40, 4, {"barrier": 39, "wait": 1}),
+            R(4, "4", "BAR.SYNC.DEFER_BLOCKING 0x2, 0x100", 2, 2, 4, {"wait": 2}),
+            R(5, "5", "LDS R22, [R152+0x3c8]", 30, 30, 4, {"barrier": 28, "short_sb": 2})]
+    c = ncu_source.sample_classes(ncu_source.SourceKernel(name="k", rows=rows))
+    assert c == {"mbarrier waits": 50, "named-barrier waits": 28, "wgmma waits": 40, "wgmma issue": 7, "other": 5}

@@ -6,7 +6,7 @@ sampling per instruction) and exports its source page as CSV (`ncu --import R --
 
     parse_source_csv(text)      -> [SourceKernel]  one per profiled launch, in order
     merge_launches(kernels)     -> [SourceKernel]  launches of the same kernel summed row by row
-    summarize(kernel)           -> dict: samples by stall reason, the mbarrier waits, the top rows
+    summarize(kernel)           -> dict: samples by stall reason, by class, the mbarrier waits, the top rows
     format_summary(summary)     -> text;  format_compare(a, b) -> two summaries side by side
 
 An mbarrier wait compiles to `SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [bar], phase` followed by a
@@ -144,6 +144,31 @@ def mbarrier_waits(kernel: SourceKernel) -> list[dict]:
     return out
 
 
+CLASSES = ("mbarrier waits", "named-barrier waits", "wgmma waits", "wgmma issue", "other")
+
+
+def sample_classes(kernel: SourceKernel) -> dict:
+    """The kernel's samples in the five places a warp-specialized attention kernel's warps spend them:
+    mbarrier waits (the loops `mbarrier_waits` finds: TMA data, free stages), named-barrier waits
+    (samples whose stall reason is `barrier` outside `WARPGROUP.DEPBAR`: `bar.sync` between warpgroups),
+    wgmma waits (at `WARPGROUP.DEPBAR`, a warpgroup waiting for its own wgmma groups; ncu names their
+    stall `barrier` as well), wgmma issue (at `HGMMA`, its non-barrier samples), and
+    the rest (the math, the loads, the address arithmetic). Each row counts once, in the first class
+    that takes it, so the classes add up to all samples."""
+    wait_rows = {w["index"] for w in mbarrier_waits(kernel)}
+    out = dict.fromkeys(CLASSES, 0.0)
+    for r in kernel.rows:
+        if r.index in wait_rows:
+            out["mbarrier waits"] += r.samples
+        elif r.opcode.startswith("WARPGROUP.DEPBAR"):     # ncu files these under the `barrier` reason too
+            out["wgmma waits"] += r.samples
+        else:
+            barrier = r.stalls.get("barrier", 0.0)
+            out["named-barrier waits"] += barrier
+            out["wgmma issue" if r.opcode.startswith("HGMMA") else "other"] += r.samples - barrier
+    return out
+
+
 def _top_reason(r: SourceRow) -> str:
     return max(r.stalls, key=r.stalls.get) if r.stalls else "-"
 
@@ -158,12 +183,14 @@ def summarize(kernel: SourceKernel, top: int = TOP) -> dict:
             reasons[reason] = reasons.get(reason, 0.0) + v
     waits = sorted(mbarrier_waits(kernel), key=lambda w: -w["samples"])
     ranked = sorted(kernel.rows, key=lambda r: -r.samples)[:top]
+    launches = max(1, kernel.launches)
     return {
         "kernel": kernel.name, "launches": kernel.launches, "instructions": len(kernel.rows),
         "samples": kernel.samples,
         "executed": sum(r.executed for r in kernel.rows),
         "reasons_pct": {k: 100 * v / total for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])},
         "mbarrier_wait_pct": 100 * sum(w["samples"] for w in waits) / total,
+        "classes_per_launch": {k: v / launches for k, v in sample_classes(kernel).items()},
         "waits": [{**w, "pct": 100 * w["samples"] / total} for w in waits if w["samples"]],
         "top": [{"index": r.index, "pct": 100 * r.samples / total, "samples": r.samples, "executed": r.executed,
                  "top_reason": _top_reason(r), "source": r.source} for r in ranked],
@@ -179,6 +206,7 @@ def format_summary(s: dict, top: int = TOP) -> str:
     lines = [f"{short_name(s['kernel'])}: {s['instructions']} SASS instructions, {s['launches']} launch(es), "
              f"{s['samples']:.0f} warp samples, {s['executed']:.3g} instructions executed",
              f"  by stall reason: {reasons}",
+             "  by class (samples per launch): " + ", ".join(f"{k} {v:.0f}" for k, v in s["classes_per_launch"].items()),
              f"  mbarrier waits: {s['mbarrier_wait_pct']:.1f}% of the samples"]
     for w in s["waits"][:top]:
         lines.append(f"    #{w['index']:<6d} {w['barrier']:<22s} {w['pct']:5.1f}%  executed {w['executed']:>9.0f}"
@@ -195,7 +223,11 @@ def format_compare(a: dict, b: dict, labels: tuple[str, str] = ("A", "B"), top: 
     lines = [f"{'':24s} {labels[0]:>10s} {labels[1]:>10s}",
              f"{'samples':24s} {a['samples']:>10.0f} {b['samples']:>10.0f}",
              f"{'instructions executed':24s} {a['executed']:>10.3g} {b['executed']:>10.3g}",
-             f"{'mbarrier waits %':24s} {a['mbarrier_wait_pct']:>10.1f} {b['mbarrier_wait_pct']:>10.1f}"]
+             f"{'mbarrier waits %':24s} {a['mbarrier_wait_pct']:>10.1f} {b['mbarrier_wait_pct']:>10.1f}",
+             f"{'samples per launch':24s} {a['samples'] / max(1, a['launches']):>10.0f} "
+             f"{b['samples'] / max(1, b['launches']):>10.0f}"]
+    for name in CLASSES:
+        lines.append(f"{'  ' + name:24s} {a['classes_per_launch'][name]:>10.0f} {b['classes_per_launch'][name]:>10.0f}")
     for reason in list(dict.fromkeys([*a["reasons_pct"], *b["reasons_pct"]]))[:top]:
         lines.append(f"{'stall ' + reason + ' %':24s} {a['reasons_pct'].get(reason, 0):>10.1f} "
                      f"{b['reasons_pct'].get(reason, 0):>10.1f}")
