@@ -45,6 +45,13 @@ def small_decode(page_size: int = 64, varlen: bool = False):
     return MlaDecodeProblem(b=2, s_q=1, h_q=64, seqlen=1024, page_size=page_size, varlen=varlen)
 
 
+def paired_varlen_decode(page_size: int = 64):
+    """The pair-loop SASS tests' problem (b=4 s_q=2 h_q=64 seqlen 700 varlen): two row blocks (a
+    cluster pair), ragged lengths (the longest-first order kernel) and partial last tiles."""
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    return MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True, page_size=page_size)
+
+
 def default_kernel(version: str, problem, tiling=None):
     """`version`'s runtime kernel for `problem` at `tiling` (default: its default tiling), built on
     the CPU (a quarantined version too: the compiled-code tests are how a new version is checked

@@ -37,12 +37,17 @@ def order_stage_output(plan, lens: list[int], chunk: int, slots: int) -> list[in
 PLANTED_KEYS = ((0, 200, 5), (0, 450, 40), (0, 999, 63), (1, 130, 0), (1, 390, 17))
 
 
+def planted_keys_problem(page_size: int = 64):
+    """The planted-key check's problem: b=2 s_q=2 h_q=64, lengths (1000, 700) (partial last tiles)."""
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    return MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+
+
 def check_with_planted_keys(plan, tiling, score: float = 30.0, page_size: int = 64):
-    """b=2 s_q=2 h_q=64 lengths (1000, 700): each planted key scores `score` against one head's
+    """`planted_keys_problem(page_size)`: each planted key scores `score` against one head's
     query, past the lazy max's threshold, so the reference max jumps mid-split on A and B tiles of
     the seesaw; `plan` built at `tiling` must still match the reference."""
-    from mla_var3.layers.mla.decode import MlaDecodeProblem
-    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    problem = planted_keys_problem(page_size)
     inputs = problem.make_inputs(seed=0, device="cuda")
     page = inputs.kv_cache.shape[1]
     for seq, key, head in PLANTED_KEYS:

@@ -1,16 +1,44 @@
-"""flash_mla_decode_v51's per-half stage release (`half_release`): the knob and its refusal, the chunk
-ranges (half 0 is exactly WG0's value columns), the compiled code (v50's kernel when off; when on,
-the same wgmma and wgmma waits, four more empty-barrier arrivals per CTA-local copy of the pair loop
-and two more barriers initialized), and on the H200 the kernel against the reference at page 64
-(one refill warp: both halves from one warp) and page 16 (two refill warps, multicast pairs)."""
+"""Each K/V stage released in two halves, in two versions.
+
+flash_mla_decode_v24 (on v23): the compiled split kernel has two more mbarriers (a second empty
+barrier per stage), one more producer wait per refill path and more arrivals than v23's, with the
+same wgmmas and TMA loads (the refill is split, not repeated).
+
+flash_mla_decode_v51 (`half_release`, on v50): the knob and its refusal, the chunk ranges (half 0 is
+exactly WG0's value columns), the compiled code (v50's kernel when off; when on, the same wgmma and
+wgmma waits, four more empty-barrier arrivals per CTA-local copy of the pair loop and two more
+barriers initialized), and on the H200 the kernel against the reference at page 64 (one refill
+warp: both halves from one warp) and page 16 (two refill warps, multicast pairs)."""
 import dataclasses
 
 import pytest
-from gpu_helpers import check_with_planted_keys
+from compiled_sass import count, small_decode, split_opcode_counts
+from gpu_helpers import check_with_planted_keys, planted_keys_problem
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
-from mla_var3.runtime import registry
+from mla_var3.runtime import registry, sass
+
+HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
+
+
+@pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
+@pytest.mark.parametrize("page_size", [64, 16])
+def test_each_stage_is_refilled_in_two_halves(page_size):
+    v23 = split_opcode_counts("flash_mla_decode_v23", small_decode(page_size))
+    v24 = split_opcode_counts("flash_mla_decode_v24", small_decode(page_size))
+    assert count(v24, "SYNCS.EXCH") == count(v23, "SYNCS.EXCH") + 2           # two more mbarrier inits
+    assert count(v24, "SYNCS.PHASECHK.TRANS64.TRYWAIT") == count(v23, "SYNCS.PHASECHK.TRANS64.TRYWAIT") + 2
+    assert count(v24, "SYNCS.ARRIVE") > count(v23, "SYNCS.ARRIVE")
+    for prefix in ("HGMMA", "UTMALDG"):
+        assert count(v24, prefix) == count(v23, prefix) > 0, prefix
+
+
+def test_the_left_half_is_the_value_columns_only_warpgroup_0_reads():
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v24 import half_release, kernel
+    assert half_release.LEFT_CHUNKS * kernel.BOX == kernel.D_V // kernel.NUM_WG       # columns 0..255
+    assert kernel.P_CHUNK >= half_release.LEFT_CHUNKS                                 # P stays in the right half
+
 
 V51, V50 = "flash_mla_decode_v51", "flash_mla_decode_v50"
 
@@ -44,7 +72,7 @@ def test_half_release_sass(page_size, monkeypatch):
     pytest.importorskip("cutlass")
     import compiled_sass as cs
     monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
-    p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True, page_size=page_size)
+    p = cs.paired_varlen_decode(page_size)
     tiling = registry.get_plan(V51).default_tiling(p)
     on = cs.split_opcode_counts(V51, p)
     off = cs.split_opcode_counts(V51, p, tiling=dataclasses.replace(tiling, half_release=False))
@@ -67,6 +95,6 @@ def test_v51_matches_the_reference_with_planted_keys(page_size, monkeypatch):
     plan = registry.get_plan(V51)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
-    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    p = planted_keys_problem(page_size)
     tiling = dataclasses.replace(plan.default_tiling(p), chunk=4, half_release=True)
     check_with_planted_keys(plan, tiling, page_size=page_size)

@@ -7,7 +7,7 @@ import dataclasses
 import re
 
 import pytest
-from gpu_helpers import check_with_planted_keys
+from gpu_helpers import check_with_planted_keys, planted_keys_problem
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -41,7 +41,7 @@ def test_local_p_sass(monkeypatch):
     pytest.importorskip("cutlass")
     import compiled_sass as cs
     monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
-    p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True)
+    p = cs.paired_varlen_decode()
     tiling = registry.get_plan(V53).default_tiling(p)
     on_text = cs.stage_sass(cs.default_kernel(V53, p, tiling), "split")
     on = cs.collections.Counter(cs.opcodes(on_text))
@@ -64,6 +64,6 @@ def test_v53_matches_the_reference_with_planted_keys(page_size, chunk, monkeypat
     plan = registry.get_plan(V53)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
-    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    p = planted_keys_problem(page_size)
     tiling = dataclasses.replace(plan.default_tiling(p), chunk=chunk, local_p=True)
     check_with_planted_keys(plan, tiling, page_size=page_size)

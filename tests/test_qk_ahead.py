@@ -6,7 +6,7 @@ the one-wgmma stand-in) and keys that move the max."""
 import dataclasses
 
 import pytest
-from gpu_helpers import check_with_planted_keys
+from gpu_helpers import check_with_planted_keys, planted_keys_problem
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -34,7 +34,7 @@ def test_qk_ahead_sass_keeps_wgmma_batched(stats_first, monkeypatch):
     pytest.importorskip("cutlass")
     import compiled_sass as cs
     monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
-    p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True)
+    p = cs.paired_varlen_decode()
     base = dataclasses.replace(registry.get_plan(V52).default_tiling(p), stats_first=stats_first)
     on = cs.split_opcode_counts(V52, p, tiling=base)
     off = cs.split_opcode_counts(V52, p, tiling=dataclasses.replace(base, qk_ahead=False))
@@ -56,6 +56,6 @@ def test_v52_matches_the_reference_with_planted_keys(page_size, chunk, monkeypat
     plan = registry.get_plan(V52)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
-    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    p = planted_keys_problem(page_size)
     tiling = dataclasses.replace(plan.default_tiling(p), chunk=chunk, qk_ahead=True)
     check_with_planted_keys(plan, tiling, page_size=page_size)

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from compiled_sass import paired_varlen_decode
 from gpu_helpers import check_with_planted_keys
 from lazy_max_model import THR, lazy
 
@@ -79,7 +80,7 @@ def test_both_orders_compile_for_sm90a(spec, monkeypatch):
     pytest.importorskip("cutlass")
     monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
     plan = registry.get_plan(V49)
-    p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True)
+    p = paired_varlen_decode()
     info = plan.compile_only(p, "sm_90a", plan.Tiling(speculative_b=spec))
     assert info["compiled"]
 

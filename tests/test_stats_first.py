@@ -98,7 +98,7 @@ def test_stats_first_sass(monkeypatch):
     pytest.importorskip("cutlass")
     import compiled_sass as cs
     monkeypatch.setenv("MLA_VAR3_RUN_QUARANTINED", "1")
-    p = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=700, varlen=True)
+    p = cs.paired_varlen_decode()
     tiling = registry.get_plan(V50).default_tiling(p)
     on = cs.split_opcode_counts(V50, p)
     off = cs.split_opcode_counts(V50, p, tiling=dataclasses.replace(tiling, stats_first=False))
