@@ -147,15 +147,16 @@ def mbarrier_waits(kernel: SourceKernel) -> list[dict]:
 CLASSES = ("mbarrier waits", "named-barrier waits", "wgmma waits", "wgmma issue", "other")
 
 
-def sample_classes(kernel: SourceKernel) -> dict:
+def sample_classes(kernel: SourceKernel, waits: list[dict] | None = None) -> dict:
     """The kernel's samples in the five places a warp-specialized attention kernel's warps spend them:
     mbarrier waits (the loops `mbarrier_waits` finds: TMA data, free stages), named-barrier waits
     (samples whose stall reason is `barrier` outside `WARPGROUP.DEPBAR`: `bar.sync` between warpgroups),
     wgmma waits (at `WARPGROUP.DEPBAR`, a warpgroup waiting for its own wgmma groups; ncu names their
     stall `barrier` as well), wgmma issue (at `HGMMA`, its non-barrier samples), and
     the rest (the math, the loads, the address arithmetic). Each row counts once, in the first class
-    that takes it, so the classes add up to all samples."""
-    wait_rows = {w["index"] for w in mbarrier_waits(kernel)}
+    that takes it, so the classes add up to all samples. `waits`: `mbarrier_waits(kernel)` if the
+    caller already has it."""
+    wait_rows = {w["index"] for w in (mbarrier_waits(kernel) if waits is None else waits)}
     out = dict.fromkeys(CLASSES, 0.0)
     for r in kernel.rows:
         if r.index in wait_rows:
@@ -190,7 +191,7 @@ def summarize(kernel: SourceKernel, top: int = TOP) -> dict:
         "executed": sum(r.executed for r in kernel.rows),
         "reasons_pct": {k: 100 * v / total for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])},
         "mbarrier_wait_pct": 100 * sum(w["samples"] for w in waits) / total,
-        "classes_per_launch": {k: v / launches for k, v in sample_classes(kernel).items()},
+        "classes_per_launch": {k: v / launches for k, v in sample_classes(kernel, waits).items()},
         "waits": [{**w, "pct": 100 * w["samples"] / total} for w in waits if w["samples"]],
         "top": [{"index": r.index, "pct": 100 * r.samples / total, "samples": r.samples, "executed": r.executed,
                  "top_reason": _top_reason(r), "source": r.source} for r in ranked],
