@@ -9,7 +9,10 @@
 # every MLA version's GPU tests together no longer fit one 600 s device call).
 set -o pipefail
 k=""
-group=${1:?usage: scripts/gpu_suite.sh GROUP [OUT_DIR] (GROUP: mla-cute mla-other fuzz ops gemm rest rest-a rest-b rest-c list)}
+groups="mla-cute mla-other fuzz ops gemm rest rest-a rest-b rest-c"
+# the test files a named group owns; rest (and rest-a/b/c) is every other test file
+owned=(test_kernels_gpu.py test_fuzz.py test_ops.py test_gemm_kernels.py test_cutlass_examples.py test_companion.py)
+group=${1:?usage: scripts/gpu_suite.sh GROUP [OUT_DIR] (GROUP: $groups list)}
 out=${2:-${OUT:-.}}
 case "$group" in
   mla-cute)  args=(tests/test_kernels_gpu.py); k="flash_mla_decode_v and not ct_flash" ;;
@@ -17,21 +20,20 @@ case "$group" in
   fuzz)      args=(tests/test_fuzz.py) ;;
   ops)       args=(tests/test_ops.py) ;;
   gemm)      args=(tests/test_gemm_kernels.py tests/test_cutlass_examples.py tests/test_companion.py) ;;
-  rest)      args=(tests --ignore=tests/test_kernels_gpu.py --ignore=tests/test_fuzz.py --ignore=tests/test_ops.py
-                   --ignore=tests/test_gemm_kernels.py --ignore=tests/test_cutlass_examples.py
-                   --ignore=tests/test_companion.py) ;;
+  rest)      args=(tests)
+             for n in "${owned[@]}"; do args+=("--ignore=tests/$n"); done ;;
   # rest in three parts by file name (session 24: the whole of rest ran 74 of its 170 GPU tests in 540 s,
   # most of it compiling versions that have no ahead-of-time cache)
   rest-a|rest-b|rest-c)
              args=()
              for f in tests/test_*.py; do
                n=$(basename "$f")
-               case "$n" in test_kernels_gpu.py|test_fuzz.py|test_ops.py|test_gemm_kernels.py|test_cutlass_examples.py|test_companion.py) continue ;; esac
+               [[ " ${owned[*]} " == *" $n "* ]] && continue
                if [[ "$n" < "test_ct_l" ]]; then part=rest-a; elif [[ "$n" < "test_s" ]]; then part=rest-b; else part=rest-c; fi
                [ "$part" = "$group" ] && args+=("$f")
              done ;;
-  list)      echo "mla-cute mla-other fuzz ops gemm rest rest-a rest-b rest-c"; exit 0 ;;
-  *)         echo "error: scripts/gpu_suite.sh: unknown group '$group' (mla-cute mla-other fuzz ops gemm rest rest-a rest-b rest-c)" >&2; exit 2 ;;
+  list)      echo "$groups"; exit 0 ;;
+  *)         echo "error: scripts/gpu_suite.sh: unknown group '$group' ($groups)" >&2; exit 2 ;;
 esac
 mkdir -p "$out"
 log="$out/pytest_$group.log"
