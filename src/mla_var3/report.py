@@ -111,6 +111,43 @@ def ratio_table(recs: list[dict], order: list[str] | None = None, clocks: bool =
     return "\n".join(lines)
 
 
+def record_contract(rec: dict) -> str | None:
+    """A bench record's schedule contract (KernelPlan.schedule_contract): the one it carries, else,
+    for records written before they carried it, its plan's answer for the record's tiling and
+    problem (None where the plan is gone, declares none, or the tiling no longer builds)."""
+    if "schedule_contract" in rec:
+        return rec["schedule_contract"]
+    try:
+        from mla_var3.layers import problem_kind
+        from mla_var3.runtime import registry
+        plan = registry.get_plan(rec["kernel"])
+        problem = problem_kind(rec.get("problem_kind", "mla_decode")).from_dict(rec["problem"])
+        return plan.schedule_contract(plan.Tiling(**rec.get("tiling") or {}), problem)
+    except Exception:  # an old record must not stop a report: it just has no contract to compare
+        return None
+
+
+def contract_notes(recs: list[dict]) -> list[str]:
+    """One line per way the latest bench rows of a problem mix the per_call and per_step schedule
+    contracts (which kernels on which side), naming the problems: there the per_call rows pay in
+    every call for work the per_step rows made once
+    (docs/knowledge/anti-patterns/timing-a-per-call-schedule.md); run both sides on one contract
+    (e.g. `--tiling +schedule=per_step`, or the peer's `+metadata=per_call`)."""
+    by_problem: dict[str, dict[str, str]] = {}
+    for r in latest_records(recs):
+        if r.get("kind") == "bench":
+            c = record_contract(r)
+            if c in ("per_call", "per_step"):
+                by_problem.setdefault(r["problem_key"], {})[r["kernel"]] = c
+    mixed: dict[str, list[str]] = {}
+    for pk, kc in by_problem.items():
+        if len(set(kc.values())) > 1:
+            sides = "; ".join(f"{c}: {', '.join(k for k, v in kc.items() if v == c)}" for c in ("per_call", "per_step"))
+            mixed.setdefault(sides, []).append(pk)
+    return [f"note: schedule contracts differ ({sides}) on {len(pks)} problem(s), whose ratios are not like for "
+            f"like: {' '.join(f'[{pk}]' for pk in pks)}" for sides, pks in mixed.items()]
+
+
 def markdown_row(row: dict, columns=BENCH_COLUMNS) -> str:
     return "| " + " | ".join(str(row.get(c, "")) for c in columns) + " |"
 
@@ -306,6 +343,8 @@ def _main(argv=None) -> int:
         writable_dir("--out", out, targets)
     print(run_context(recs))
     print(ratio_table(recs, args.kernel, clocks=args.clocks, stats=stats) if args.ratios else markdown_table(bench_rows(recs)))
+    for note in contract_notes(recs):
+        print(note)
     if args.plots:
         try:
             roof = plots.roofline_plot(recs, targets[0], design=design)

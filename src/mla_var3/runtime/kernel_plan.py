@@ -111,6 +111,16 @@ class KernelPlan:
         if reasons:
             raise PlanError(f"{self.name} does not support {problem.key()}: " + "; ".join(reasons))
 
+    def schedule_contract(self, tiling, problem) -> str | None:
+        """Where this call's schedule work (what depends on the input values, e.g. a split order
+        from the lengths) runs, so tables compare like with like: "per_call" (in every timed call:
+        a CUDA graph replayed with new values stays correct), "per_step" (made once per set of
+        values in `prepare`, outside the call, as a serving engine makes FlashMLA's metadata once
+        per decode step for all its layers), "none" (the call has no such work), or None (not
+        declared). Records carry it; the report flags a problem whose rows mix per_call and
+        per_step, since there one side is charged for work the other skips."""
+        return None
+
     # ---- tilings ---------------------------------------------------------------------------
     def default_tiling(self, problem):
         """The heuristic choice when nothing is tuned."""

@@ -104,6 +104,10 @@ def make_record(kind: str, plan, tiling, problem, *, grid: str | None = None, **
            "problem": problem.to_dict() if problem is not None else {"grid": grid},
            "problem_key": problem.key() if problem is not None else f"grid={grid}",
            "grid": grid, "env": environment()}
+    declared = getattr(plan, "schedule_contract", None)
+    contract = declared(tiling, problem) if declared and tiling is not None and problem is not None else None
+    if contract is not None:                     # per_call / per_step / none (KernelPlan.schedule_contract)
+        rec["schedule_contract"] = contract
     if getattr(plan, "upstream", ""):            # a peer: the outside code and commit it ran
         rec["upstream"] = plan.upstream
     from mla_var3.runtime.cute_kernel import line_info_enabled
