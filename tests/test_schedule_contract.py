@@ -24,12 +24,25 @@ def test_v46_contract_follows_its_order_kernel():
     assert _contract("flash_mla_decode_v46", FIXED, schedule="per_step") == "none"
 
 
+def test_older_split_versions_follow_their_order_field():
+    """v14-v35 have `order` and no `schedule`: the order kernel always runs in the call."""
+    assert _contract("flash_mla_decode_v32", RAGGED, order="longest_first") == "per_call"
+    assert _contract("flash_mla_decode_v32", RAGGED, order="grid") == "none"
+
+
+def test_no_version_package_declares_it():
+    """The MLA layer answers from the tiling fields, so declaring contracts changed no version's
+    sources (those hash into its tuned winners and its compile cache)."""
+    for name in ("flash_mla_decode_v46", "flashmla_decode_v1", "ct_flash_mla_decode_v8"):
+        assert "schedule_contract" not in type(registry.get_plan(name)).__dict__
+
+
 def test_peer_cutile_and_torch_contracts():
     assert _contract("flashmla_decode_v1", RAGGED) == "per_step"            # the peer's default
     assert _contract("flashmla_decode_v1", RAGGED, metadata="per_call") == "per_call"
     assert _contract("ct_flash_mla_decode_v8", RAGGED, schedule="balanced") == "per_call"
     assert _contract("ct_flash_mla_decode_v8", RAGGED, schedule="sequence") == "none"
-    assert _contract("torch_mla_decode_v1", RAGGED) == "none"
+    assert _contract("torch_mla_decode_v1", RAGGED) is None                 # nothing in its tiling says
 
 
 def _bench(name, problem, us, **fields):

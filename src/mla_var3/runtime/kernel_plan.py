@@ -118,8 +118,11 @@ class KernelPlan:
         values in `prepare`, outside the call, as a serving engine makes FlashMLA's metadata once
         per decode step for all its layers), "none" (the call has no such work), or None (not
         declared). Records carry it; the report flags a problem whose rows mix per_call and
-        per_step, since there one side is charged for work the other skips."""
-        return None
+        per_step, since there one side is charged for work the other skips. By default the
+        problem kind answers from the tiling's fields (its `schedule_contract(tiling)`, if it has
+        one: the conventions its versions share); a plan may override."""
+        rule = getattr(self.problem_kind, "schedule_contract", None)
+        return rule(tiling) if rule is not None and tiling is not None else None
 
     # ---- tilings ---------------------------------------------------------------------------
     def default_tiling(self, problem):

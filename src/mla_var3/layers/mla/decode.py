@@ -179,6 +179,29 @@ class MlaDecodeProblem(Problem):
                    seqlens=tuple(d["seqlens"]) if d.get("seqlens") else None, softmax_scale=scale,
                    page_size=d.get("page_size", PAGE_SIZE), page_order=d.get("page_order", PAGE_ORDERS[0]))
 
+    @staticmethod
+    def schedule_contract(tiling) -> str | None:
+        """Where a decode call's schedule work runs (KernelPlan.schedule_contract), from the tiling
+        fields this layer's versions share, so no version package changes to declare it:
+        FlashMLA's `metadata` (per_step / per_call); a split version's `schedule` (v36+: per_call /
+        per_step) when its `order` is longest_first, else none (the grid order has no order
+        kernel); an `order` field without `schedule` (v14-v35): per_call when longest_first;
+        cuTile's `schedule` "balanced" (a schedule kernel in every call) / "sequence" (none).
+        None where the tiling says nothing about it (torch, early versions)."""
+        metadata = getattr(tiling, "metadata", None)
+        if metadata in ("per_call", "per_step"):
+            return metadata
+        schedule, order = getattr(tiling, "schedule", None), getattr(tiling, "order", None)
+        if schedule in ("per_call", "per_step"):
+            return schedule if order in (None, "longest_first") else "none"
+        if schedule == "balanced":
+            return "per_call"
+        if schedule == "sequence":
+            return "none"
+        if order is not None:
+            return "per_call" if order == "longest_first" else "none"
+        return None
+
     # ---- data -------------------------------------------------------------------------------
     def make_inputs(self, seed: int = 0, device="cpu", dist: str = "default",
                     data_seed: int | None = None) -> MlaDecodeInputs:

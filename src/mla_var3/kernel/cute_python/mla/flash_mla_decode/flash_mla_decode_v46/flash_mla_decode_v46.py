@@ -218,11 +218,6 @@ class FlashMlaDecodeV46(KernelPlan):
     Tiling = FlashMlaSplitTiling
     summary = "CuTe DSL: v44 with a partial last tile's rows past the length zeroed 16 bytes per store (wide_tail_zero)"
 
-    def schedule_contract(self, tiling, problem) -> str:
-        """The order kernel is the call's only work on the lengths: in the call or prepared once
-        per set of lengths (`schedule`); the grid order has none."""
-        return tiling.schedule if tiling.order == "longest_first" else "none"
-
     def supports(self, problem) -> list[str]:
         return super().supports(problem)        # page sizes 16, 32 and 64: all the problem allows
 

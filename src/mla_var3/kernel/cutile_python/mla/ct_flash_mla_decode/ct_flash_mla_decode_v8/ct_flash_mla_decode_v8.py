@@ -282,10 +282,6 @@ class CtFlashMlaDecodeV8(KernelPlan):
     Tiling = CtFlashMlaSplitTiling
     summary = "cuTile v7 + slot-batched combines with elementwise accumulators, reduced over the slots after the loop"
 
-    def schedule_contract(self, tiling, problem) -> str:
-        """The balanced schedule kernel runs in every call; per-sequence splits need none."""
-        return "per_call" if tiling.schedule == "balanced" else "none"
-
     def supports(self, problem) -> list[str]:
         return super().supports(problem) or page_size_reasons(
             problem, (PAGE_SIZE,), "its kernel walks 64-row pages (PAGE = 64 in kernel.py)")

@@ -87,10 +87,6 @@ class FlashMlaDecodeV1(KernelPlan):
     def unavailable(self) -> str | None:
         return load_extension(EXTENSION)[1]
 
-    def schedule_contract(self, tiling, problem) -> str:
-        """FlashMLA's scheduling metadata: once per set of lengths (per_step) or in the call."""
-        return "per_step" if tiling.metadata == "per_step" else "per_call"
-
     def supports(self, problem) -> list[str]:
         reasons = super().supports(problem)
         if reasons:

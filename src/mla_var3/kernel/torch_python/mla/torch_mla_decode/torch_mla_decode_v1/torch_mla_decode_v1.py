@@ -31,10 +31,6 @@ class TorchMlaDecodeV1(KernelPlan):
     Tiling = TorchMlaTiling
     summary = "PyTorch: gather pages, bf16 bmm -> fp32 scores, fp32 softmax, bf16 P·V"
 
-    def schedule_contract(self, tiling, problem) -> str:
-        """Gather, bmm and softmax: nothing is scheduled from the lengths."""
-        return "none"
-
     def default_tiling(self, problem) -> TorchMlaTiling:
         return TorchMlaTiling(batch_chunk=min(problem.b, 32))
 
