@@ -1,0 +1,132 @@
+"""flash_mla_decode_v54: v46's split items run by persistent CTAs (`persistent_ctas`) that load the
+next item's Q under the current item's epilogue. CPU: the default per shape and page size (one wave
+of CTAs; 0 where the row blocks multicast), the refusals, the compiled code (v46's wgmma and waits,
+no spills); on the H200: bit for bit equal to v46 with few CTAs walking many items (empty
+sequences, several splits per sequence, pages 16 and 64, one, two and four row blocks), the check
+with the default tiling, planted keys that move the max, and a CUDA graph replayed with new lengths."""
+import collections
+import dataclasses
+import re
+
+import pytest
+from compiled_sass import default_kernel, split_opcode_counts, split_sass
+from gpu_helpers import check_with_planted_keys, runnable_plan
+
+from mla_var3.errors import PlanError
+from mla_var3.layers.mla.decode import MlaDecodeProblem
+from mla_var3.runtime import registry, sass
+
+V54, V46 = "flash_mla_decode_v54", "flash_mla_decode_v46"
+HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
+
+
+@pytest.mark.parametrize("s_q, h_q, page, ctas", [
+    (1, 16, 64, 132), (1, 128, 64, 66), (2, 128, 64, 33), (1, 16, 16, 132), (2, 64, 16, 0), (2, 64, 32, 0)])
+def test_default_is_one_wave_unless_the_pair_multicasts(s_q, h_q, page, ctas):
+    plan = registry.get_plan(V54)
+    problem = MlaDecodeProblem(b=8, s_q=s_q, h_q=h_q, seqlen=1000, varlen=True, page_size=page)
+    t = plan.default_tiling(problem)
+    assert t.persistent_ctas == ctas
+    configs = plan.autotune_configs(problem)
+    assert all(plan.Tiling.validate(c, problem, None) == [] for c in configs)
+    assert {bool(c.persistent_ctas) for c in configs} == {True, False}
+
+
+def test_persistent_ctas_refusals():
+    plan = registry.get_plan(V54)
+    problem = MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlen=1000, page_size=16)
+    t = plan.default_tiling(problem)                    # a multicast pair: v46's grid
+    with pytest.raises(PlanError, match="persistent_ctas > 0 needs multicast_kv=False"):
+        plan.check_tiling(dataclasses.replace(t, persistent_ctas=66), problem, None)
+    for bad in (-1, "66", 1.5):
+        with pytest.raises(PlanError, match="persistent_ctas must be an int >= 0"):
+            plan.check_tiling(dataclasses.replace(t, persistent_ctas=bad), problem, None)
+
+
+def _grouped(counts: collections.Counter) -> collections.Counter:
+    out = collections.Counter()
+    for op, n in counts.items():
+        for prefix in ("HGMMA", "WARPGROUP.DEPBAR", "UTMALDG", "STL", "LDL"):
+            if op.startswith(prefix):
+                out[prefix] += n
+    return out
+
+
+@pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
+@pytest.mark.parametrize("problem", [MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=4096, varlen=True),
+                                     MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=1024, varlen=True)],
+                         ids=lambda p: p.key())
+def test_the_item_loop_keeps_v46s_wgmma_and_waits(problem):
+    """The same 104 HGMMA and batched `WARPGROUP.DEPBAR` as v46 (no wgmma serialized by the new
+    loop), the Q box and one tile's boxes issued from one place (v46 issues the first tiles apart:
+    27), nothing spilled."""
+    t = registry.get_plan(V54).default_tiling(problem)
+    assert t.persistent_ctas > 0
+    v54, v46 = _grouped(split_opcode_counts(V54, problem)), _grouped(split_opcode_counts(V46, problem))
+    assert v54["HGMMA"] == v46["HGMMA"] == 104
+    assert v54["WARPGROUP.DEPBAR"] == v46["WARPGROUP.DEPBAR"]
+    assert (v54["UTMALDG"], v46["UTMALDG"]) == (18, 27)
+    assert v54["STL"] == v54["LDL"] == 0
+    text = split_sass(default_kernel(V54, problem))
+    assert not re.search(r"\bSTL\b|\bLDL\b", text)
+
+
+# few CTAs walking many items: empty and one-key sequences, several splits per sequence (chunk 2
+# or 3), a tail tile, and the item order of the longest-first kernel and of the grid
+BITWISE_CASES = [
+    (MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlens=(0, 17, 1000, 4097, 64), page_size=64), dict(chunk=3)),
+    (MlaDecodeProblem(b=5, s_q=1, h_q=16, seqlens=(0, 17, 1000, 4097, 64), page_size=16), dict(chunk=2)),
+    (MlaDecodeProblem(b=4, s_q=2, h_q=64, seqlens=(64, 65, 3000, 5), page_size=64), dict(chunk=2)),
+    (MlaDecodeProblem(b=3, s_q=2, h_q=128, seqlens=(1, 700, 2049), page_size=64), dict(chunk=3)),
+    (MlaDecodeProblem(b=6, s_q=1, h_q=128, seqlen=777, page_size=64), dict(chunk=4, order="grid")),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, fields", BITWISE_CASES, ids=[p.key() for p, _ in BITWISE_CASES])
+@pytest.mark.parametrize("ctas", [1, 3])
+def test_few_ctas_walking_many_items_equal_v46_bit_for_bit(problem, fields, ctas):
+    import torch
+    plan, base = runnable_plan(V54), runnable_plan(V46)
+    tiling = dataclasses.replace(plan.default_tiling(problem), persistent_ctas=ctas, multicast_kv=False, **fields)
+    base_tiling = base.Tiling(**{k: v for k, v in tiling.to_dict().items() if k != "persistent_ctas"})
+    inputs = problem.make_inputs(seed=3, device="cuda")
+    outs = []
+    for pl, t in ((plan, tiling), (base, base_tiling)):
+        kern = pl.build(inputs, t)
+        kern.compile()
+        out = problem.make_outputs(inputs, fill=float("nan"))
+        kern.launch(inputs, out, kern.prepare(inputs))
+        outs.append(out)
+    torch.cuda.synchronize()
+    cmp = problem.compare(outs[0], problem.reference(inputs))
+    assert cmp.passed, cmp.reason
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", [MlaDecodeProblem(b=16, s_q=2, h_q=128, seqlen=900, varlen=True),
+                                     MlaDecodeProblem(b=40, s_q=1, h_q=16, seqlen=600, varlen=True)],
+                         ids=lambda p: p.key())
+def test_default_tiling_passes_the_check(problem):
+    from mla_var3.runtime import check
+    plan = runnable_plan(V54)
+    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda")
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [64, 16])
+def test_planted_keys_with_items_walked_in_turn(page_size):
+    plan = runnable_plan(V54)
+    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    t = dataclasses.replace(plan.default_tiling(problem), chunk=4, persistent_ctas=2, multicast_kv=False)
+    check_with_planted_keys(plan, t, page_size=page_size)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_with_new_lengths():
+    from version_knob import assert_graph_replay_with_new_lengths
+    assert_graph_replay_with_new_lengths(V54, page_size=64, h_q=64, persistent_ctas=3)
