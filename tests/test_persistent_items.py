@@ -20,16 +20,29 @@ V54, V46 = "flash_mla_decode_v54", "flash_mla_decode_v46"
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 
 
-@pytest.mark.parametrize("s_q, h_q, page, ctas", [
-    (1, 16, 64, 132), (1, 128, 64, 66), (2, 128, 64, 33), (1, 16, 16, 132), (2, 64, 16, 0), (2, 64, 32, 0)])
-def test_default_is_one_wave_unless_the_pair_multicasts(s_q, h_q, page, ctas):
+@pytest.mark.parametrize("s_q, h_q, page, seqlen, varlen, ctas", [
+    (1, 128, 64, 1024, False, 66),      # two row blocks, ~2 items per column: the model gains
+    (2, 128, 64, 4096, False, 33),      # four row blocks side by side in 33 columns
+    (1, 16, 64, 1024, False, 0),        # one item per SM: nothing to hide, v46's grid
+    (1, 16, 64, 4096, True, 132),
+    (1, 128, 64, 8192, True, 0),        # long ragged batch: the hardware's greedy hand-out wins
+    (2, 64, 16, 1024, False, 0)])       # a multicast pair
+def test_default_where_the_makespan_model_gains(s_q, h_q, page, seqlen, varlen, ctas):
     plan = registry.get_plan(V54)
-    problem = MlaDecodeProblem(b=8, s_q=s_q, h_q=h_q, seqlen=1000, varlen=True, page_size=page)
+    problem = MlaDecodeProblem(b=128, s_q=s_q, h_q=h_q, seqlen=seqlen, varlen=varlen, page_size=page)
     t = plan.default_tiling(problem)
     assert t.persistent_ctas == ctas
     configs = plan.autotune_configs(problem)
     assert all(plan.Tiling.validate(c, problem, None) == [] for c in configs)
     assert {bool(c.persistent_ctas) for c in configs} == {True, False}
+
+
+def test_persistent_makespan_deals_in_snake_order():
+    """Items 10, 8, 6, 4, 2 (chunk 10) on 2 columns: round 0 gives 10 / 8, round 1 (back) 4 / 6,
+    round 2 gives 2 to column 0; each column pays the fixed 6 once and 4 per further item."""
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v54.flash_mla_decode_v54 import (
+        persistent_makespan)
+    assert persistent_makespan([10, 8, 6, 4, 2], 10, 2) == max(6 + 10 + 4 + 4 + 4 + 2, 6 + 8 + 4 + 6)
 
 
 def test_persistent_ctas_refusals():
@@ -54,7 +67,7 @@ def _grouped(counts: collections.Counter) -> collections.Counter:
 
 @pytest.mark.skipif(not HAVE_SASS_TOOLS, reason="needs cuobjdump or nvdisasm")
 @pytest.mark.parametrize("problem", [MlaDecodeProblem(b=128, s_q=2, h_q=128, seqlen=4096, varlen=True),
-                                     MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=1024, varlen=True)],
+                                     MlaDecodeProblem(b=128, s_q=1, h_q=16, seqlen=4096, varlen=True)],
                          ids=lambda p: p.key())
 def test_the_item_loop_keeps_v46s_wgmma_and_waits(problem):
     """The same 104 HGMMA and batched `WARPGROUP.DEPBAR` as v46 (no wgmma serialized by the new

@@ -109,6 +109,9 @@ SCHEDULES = ("per_call", "per_step")         # v36: the order made in every call
 REFILL_WARPS = (1, 2)                          # producer warps per stage (4 producer warps, 2 stages)
 CLUSTER_ROWS = (1, 2)                          # v29: row-block CTAs per cluster sharing each K/V tile
 COMBINE_WARPS = (1, 2, 4, 8)                 # warps per query row in the combine kernel (v17)
+PERSISTENT_ITEM_TILES = 4.0                   # v54: a persistent CTA's cost per further item, in tile times (an
+                                              # assumption: Q and the launch gap hidden, stage 0's first tile and
+                                              # the epilogue not; to be fitted to v54's timeline)
 CTA_OVERHEAD_TILES = 6.0                      # a split CTA's fixed cost under full load, in tile times (v23:
                                               # fits v21's split-length sweep, records/2026-12-02-h200-
                                               # flash_mla_decode_v21-chunk-sweep-varlen1024.jsonl.gz)
@@ -187,12 +190,33 @@ def default_cluster_rows(problem) -> int:
     return 2 if row_blocks(problem) % 2 == 0 else 1
 
 
-def default_persistent_ctas(problem) -> int:
-    """v54: one wave of CTAs (132 / row blocks on the H200; a cluster pair stays whole), except where
-    the row blocks share tiles by multicast (pages 16/32 pairs), which keeps v46's grid."""
+def default_persistent_ctas(problem, tiles: list[int], chunk: int, sms: int = SMS_H200) -> int:
+    """v54: one wave of CTAs (132 / row blocks on the H200) where the makespan model finishes them
+    first: each column pays the CTA's fixed cost once and PERSISTENT_ITEM_TILES per further item,
+    its items dealt in snake order (`persistent_makespan`), against v46's one CTA per item handed out
+    longest first by the hardware (`makespan`). Static dealing loses to the hardware's greedy hand-out
+    on long ragged batches, and one item per SM gains nothing, so those keep v46's grid (0), as do
+    multicast pairs (pages 16/32), whose refill releases the peer's stages too."""
     if default_cluster_rows(problem) > 1 and default_multicast_kv(problem.page_size):
         return 0
-    return max(1, SMS_H200 // row_blocks(problem))
+    rb = row_blocks(problem)
+    cols = max(1, sms // rb)
+    gain = persistent_makespan(tiles, chunk, cols) < makespan(tiles, chunk, rb, sms)
+    return cols if gain else 0
+
+
+def persistent_makespan(tiles: list[int], chunk: int, cols: int, overhead: float = CTA_OVERHEAD_TILES,
+                        per_item: float = PERSISTENT_ITEM_TILES) -> float:
+    """v54: the finish time (tile times) of `cols` persistent CTA columns dealt the split items of
+    v46's longest-first order in snake order (round r: columns 0..cols-1, then back), each column
+    paying `overhead` once and `per_item` for every further item (a column's row blocks run the
+    same items side by side)."""
+    works = sorted((min(chunk, n - k) for n in tiles for k in range(0, max(n, 1), chunk)), reverse=True)
+    load = [overhead - per_item] * cols
+    for i, w in enumerate(works):
+        r, c = divmod(i, cols)
+        load[c if r % 2 == 0 else cols - 1 - c] += per_item + w
+    return max(load)
 
 
 def default_multicast_kv(page_size: int) -> bool:
@@ -286,7 +310,7 @@ class FlashMlaDecodeV54(KernelPlan):
                                    refill_warps=default_refill_warps(problem.page_size),
                                    cluster_rows=default_cluster_rows(problem),
                                    multicast_kv=default_multicast_kv(problem.page_size),
-                                   persistent_ctas=default_persistent_ctas(problem))
+                                   persistent_ctas=default_persistent_ctas(problem, tiles, chunk))
 
     def autotune_configs(self, problem) -> list[FlashMlaSplitTiling]:
         """Around the default: other split lengths (each with its combine width), the other
