@@ -903,7 +903,9 @@ class FlashMlaDecodeKernel:
                         if cutlass.const_expr(self.persistent):
                             if n_pairs > 0:
                                 # v54: O has left stage 0 (every thread's reads above are done at the
-                                # barrier): its last release of the item, deferred from the pair loop
+                                # barrier): its last release of the item, deferred from the pair loop;
+                                # the staging writes ordered before the next item's TMA into stage 0
+                                cute.arch.fence_proxy("async.shared", space="cta")
                                 cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                                 with cute.arch.elect_one():
                                     self.release(empty, peer)
