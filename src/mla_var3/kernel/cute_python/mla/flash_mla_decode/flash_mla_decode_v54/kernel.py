@@ -570,8 +570,8 @@ class FlashMlaDecodeKernel:
                 ids = cute.make_rmem_tensor((self.pages_per_tile,), cutlass.Int32)
                 fills = cutlass.Int32(0)          # v54: tiles this warp put into its stage, over all items
                 items = cutlass.Int32(0)          # v54: items this CTA started (Q loads)
-                for r in cutlass.range(0, n_rounds, 1, unroll=1):
-                    bidx, split = self.work_item(order, self.place(r, col, k_first), n_slots, n_places)
+                for rnd in cutlass.range(0, n_rounds, 1, unroll=1):
+                    bidx, split = self.work_item(order, self.place(rnd, col, k_first), n_slots, n_places)
                     seqlen = seqlens[bidx]
                     n_tiles = (seqlen + TILE - 1) // TILE
                     n_splits = cutlass.max((n_tiles + self.chunk - 1) // self.chunk, 1)
@@ -647,8 +647,8 @@ class FlashMlaDecodeKernel:
                 n_a = cutlass.Int32(0)            # v54: fills of stage 0 / 1 consumed over all items
                 n_b = cutlass.Int32(0)
                 items = cutlass.Int32(0)          # v54: items done (q_bar phase)
-                for r in cutlass.range(0, n_rounds, 1, unroll=1):
-                    bidx, split = self.work_item(order, self.place(r, col, k_first), n_slots, n_places)
+                for rnd in cutlass.range(0, n_rounds, 1, unroll=1):
+                    bidx, split = self.work_item(order, self.place(rnd, col, k_first), n_slots, n_places)
                     seqlen = seqlens[bidx]
                     n_tiles = (seqlen + TILE - 1) // TILE
                     n_splits = cutlass.max((n_tiles + self.chunk - 1) // self.chunk, 1)
