@@ -1,4 +1,5 @@
-"""Schedule contracts (KernelPlan.schedule_contract): what each plan declares, what records carry,
+"""Schedule contracts (KernelPlan.schedule_contract): what each plan answers (by default the MLA
+layer, from the tiling's fields), what records carry,
 and the report's note where one problem's rows mix per_call and per_step - the session-22 grid
 compared v46's order kernel in every call with FlashMLA's metadata made once per step."""
 import json
@@ -69,7 +70,7 @@ def test_mixed_contracts_get_one_note_naming_kernels_and_problems():
 
 def test_like_for_like_rows_get_no_note():
     recs = [_bench("flash_mla_decode_v46", RAGGED, 54.0, schedule="per_step"), _bench("flashmla_decode_v1", RAGGED, 51.0),
-            _bench("torch_mla_decode_v1", RAGGED, 900.0)]              # "none" beside per_step: nothing to flag
+            _bench("torch_mla_decode_v1", RAGGED, 900.0)]              # no contract beside per_step: nothing to flag
     assert report.contract_notes(recs) == []
 
 
