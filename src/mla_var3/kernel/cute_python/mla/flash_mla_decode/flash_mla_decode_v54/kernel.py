@@ -602,6 +602,9 @@ class FlashMlaDecodeKernel:
                                 tln.mark(rec, "a_wait_end", pair)
                                 self.load(tma_k, tKgK, tKsK, full, ids, n_pages, stage, part, rank)
                                 tln.mark(rec, "a_issued", pair)
+                                if cutlass.const_expr(self.timeline):
+                                    if t < t_begin + STAGES:       # the item's first tile of this stage
+                                        tln.mark(rec, "kv_issued")     # (the timeline's "TMA Q + first tiles")
                                 fills += 1
                                 if t + STAGES < t_end:             # this warp's next fill: its ids now
                                     n_pages = read_page_ids(block_table, bidx, t + STAGES, seqlen, ids,
