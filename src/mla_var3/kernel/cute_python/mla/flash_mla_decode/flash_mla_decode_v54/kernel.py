@@ -907,7 +907,8 @@ class FlashMlaDecodeKernel:
                             if n_pairs > 0:
                                 # v54: O has left stage 0 (every thread's reads above are done at the
                                 # barrier): its last release of the item, deferred from the pair loop;
-                                # the staging writes ordered before the next item's TMA into stage 0
+                                # the staging writes ordered before the next item's TMA into stage 0.
+                                # This barrier also ends store_partial_halves' second half
                                 cute.arch.fence_proxy("async.shared", space="cta")
                                 cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                                 with cute.arch.elect_one():
@@ -987,7 +988,9 @@ class FlashMlaDecodeKernel:
     def store_partial_halves(self, st, o_rc: cute.Tensor, tOcO: cute.Tensor, o_part: cute.Tensor,
                              bidx: cutlass.Int32, split: cutlass.Int32, rb: cutlass.Int32, tidx: cutlass.Int32):
         """v54: the f32 O / l of a split through stage 0 of the ring in two 32-row halves (a whole
-        64-row f32 tile would reach into stage 1, which may already hold the next item's tile)."""
+        64-row f32 tile would reach into stage 1, which may already hold the next item's tile). The
+        second half's reads end at the caller's barrier before stage 0's deferred release (no
+        barrier of its own here: two back to back would cost the math warps a sync for nothing)."""
         half_rows = BLOCK_M // 2
         sOh = cute.make_tensor(cute.recast_ptr(st.sK.data_ptr(), dtype=F32),
                                cute.make_layout((half_rows, D_V), stride=(O_ROW_F32, 1)))
@@ -1003,7 +1006,8 @@ class FlashMlaDecodeKernel:
             gP = cute.local_tile(o_part[bidx, split, None, None], (half_rows, D_V), (2 * rb + h, 0))
             store_rows_from_smem(sOh, gP, tidx, self.rows - rb * BLOCK_M - h * half_rows, VEC_F32, half_rows,
                                  D_V, MATH_THREADS)
-            cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)   # read before overwritten
+            if cutlass.const_expr(h == 0):
+                cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)   # read before overwritten
 
     @cute.jit
     def release(self, bar, peer: cutlass.Int32):
