@@ -43,6 +43,24 @@ def test_a_compile_is_stored_and_a_later_one_loads_it(aot_dir):
         fn(torch.randn(8), torch.randn(8))
 
 
+def test_several_directories_are_searched_in_turn_and_new_entries_go_to_the_first(aot_dir, tmp_path_factory,
+                                                                                  monkeypatch):
+    other = tmp_path_factory.mktemp("other_cache")
+    monkeypatch.setenv(aot_cache.AOT_ENV, str(other))
+    k = _stage(alpha=5.0)
+    k.compile()                                    # stored in `other`
+    assert len(list(other.glob("*.o"))) == 1
+    fresh = tmp_path_factory.mktemp("fresh_cache")
+    monkeypatch.setenv(aot_cache.AOT_ENV, f"{fresh}:{other}")
+    assert aot_cache.directories() == [fresh, other] and aot_cache.directory() == fresh
+    cute_kernel.clear_cache()
+    compiles = len(cute_kernel.COMPILE_LOG)
+    _stage(alpha=5.0).compile()                    # found in the second directory
+    assert aot_cache.LOADED == [k.key] and len(cute_kernel.COMPILE_LOG) == compiles
+    _stage(alpha=6.0).compile()                    # a miss everywhere: compiled, stored in the first
+    assert len(list(fresh.glob("*.o"))) == 1 and len(list(other.glob("*.o"))) == 1
+
+
 def test_an_edit_of_the_kernel_source_is_a_miss(aot_dir, monkeypatch):
     _stage().compile()
     cute_kernel.clear_cache()

@@ -1,4 +1,4 @@
-"""Ahead-of-time compile cache on disk for CuTe DSL stages (opt-in: MLA_VAR3_AOT_DIR=<dir>).
+"""Ahead-of-time compile cache on disk for CuTe DSL stages (opt-in: MLA_VAR3_AOT_DIR=<dir>[:<dir>...]).
 
 Why: CuTe DSL compiles the same way with or without a GPU, and a `--check` of an MLA version spends
 most of its time compiling (one build per static shape and split length, ~3-5 s each), which on
@@ -10,7 +10,11 @@ An entry is `<dir>/<kernel>-<stage>-<digest>.o` (the TVM-FFI function exported w
 (kernel, stage, tiling, dtypes, static dims, arch, options, variant), the nvidia-cutlass-dsl
 version and the source of the kernel's package plus `cute_python/common/`, so an edit or a DSL
 upgrade is a miss, never a stale kernel. Builds that keep artifacts (`--keep-*`, `--dump-dir`:
-`--dump`) never use it. An entry that fails to load is ignored (the stage compiles as usual)."""
+`--dump`) never use it. An entry that fails to load is ignored (the stage compiles as usual).
+
+Several directories (separated by os.pathsep) are searched in turn and new entries go to the
+first: a device call can carry one cache per purpose (the versions of a bench, the builds of a
+test file) and load from all of them, within the 64 MiB a call may carry."""
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +30,15 @@ LOADED: list = []                   # CompileKeys served from disk in this proce
 _SOURCE_DIGESTS: dict[Path, str] = {}
 
 
+def directories() -> list[Path]:
+    """Every cache directory named by MLA_VAR3_AOT_DIR, in search order (empty: no cache)."""
+    return [Path(p) for p in os.environ.get(AOT_ENV, "").split(os.pathsep) if p]
+
+
 def directory() -> Path | None:
-    path = os.environ.get(AOT_ENV, "")
-    return Path(path) if path else None
+    """Where new entries go: the first directory named, or None (no cache)."""
+    dirs = directories()
+    return dirs[0] if dirs else None
 
 
 def usable(key) -> bool:
@@ -65,11 +75,12 @@ def describe(key, obj) -> dict:
             "variant": key.variant, "nvidia_cutlass_dsl": _dsl_version(), "source": source_digest(obj)}
 
 
-def entry(key, obj) -> tuple[Path, str]:
-    """(object file path, exported function name) of this key's entry."""
+def entry(key, obj, root: Path | None = None) -> tuple[Path, str]:
+    """(object file path under `root`, default the first directory; exported function name) of
+    this key's entry."""
     digest = hashlib.sha256(json.dumps(describe(key, obj), sort_keys=True).encode()).hexdigest()[:24]
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in f"{key.kernel}-{key.stage}")
-    return directory() / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
+    return (root or directory()) / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
 
 
 def load(key, obj, fake_args):
@@ -78,8 +89,13 @@ def load(key, obj, fake_args):
     them are appended on every call (`FilledCall`), as the in-process function would."""
     if not usable(key):
         return None
-    path, name = entry(key, obj)
-    if not path.is_file():
+    name, path = None, None
+    for root in directories():
+        candidate, name = entry(key, obj, root)
+        if candidate.is_file():
+            path = candidate
+            break
+    if path is None:
         return None
     try:
         import cutlass.runtime
