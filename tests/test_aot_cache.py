@@ -139,3 +139,16 @@ def test_a_loaded_entry_runs_like_the_compiled_kernel(aot_dir):
     torch.cuda.synchronize()
     assert aot_cache.LOADED == [k.key]
     torch.testing.assert_close(done, expect)
+
+
+def test_compile_only_with_the_cache_also_builds_the_committed_winners():
+    """A run on the H200 builds flash_mla_decode_v32's committed winner at b=128 h_q=128 1024 (it
+    differs from the default); --compile-only with the cache, made without a GPU, builds both."""
+    from mla_var3.cli.kernel import with_tuned_winners
+    from mla_var3.layers.mla.decode import MlaDecodeProblem
+    from mla_var3.runtime import autotune, registry
+    plan = registry.get_plan("flash_mla_decode_v32")
+    problem = MlaDecodeProblem(b=128, s_q=1, h_q=128, seqlen=1024)
+    winner = autotune.lookup(plan, problem, "NVIDIA H200")
+    assert winner is not None and winner.key() != plan.default_tiling(problem).key()
+    assert list(with_tuned_winners(plan, [problem])) == [(problem, None), (problem, winner)]

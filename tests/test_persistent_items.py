@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 from compiled_sass import count, split_opcode_counts
-from gpu_helpers import check_with_planted_keys, runnable_plan
+from gpu_helpers import check_with_planted_keys, planted_keys_problem, runnable_plan
+from version_knob import graph_replay_build
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -85,14 +86,47 @@ BITWISE_CASES = [
 ]
 
 
+BITWISE_CTAS = (1, 3)
+CHECK_PROBLEMS = [MlaDecodeProblem(b=16, s_q=2, h_q=128, seqlen=900, varlen=True),
+                  MlaDecodeProblem(b=40, s_q=1, h_q=16, seqlen=600, varlen=True)]
+GRAPH_FIELDS = dict(page_size=64, h_q=64, persistent_ctas=3)
+
+
+def bitwise_tilings(problem, fields, ctas):
+    """(v54's tiling, v46's same tiling without persistent_ctas) of one bit-for-bit case."""
+    plan, base = registry.get_plan(V54), registry.get_plan(V46)
+    tiling = dataclasses.replace(plan.default_tiling(problem), persistent_ctas=ctas, multicast_kv=False, **fields)
+    return tiling, base.Tiling(**{k: v for k, v in tiling.to_dict().items() if k != "persistent_ctas"})
+
+
+def planted_tiling(page_size):
+    plan = registry.get_plan(V54)
+    return dataclasses.replace(plan.default_tiling(planted_keys_problem(page_size)), chunk=4, persistent_ctas=2,
+                               multicast_kv=False)
+
+
+def aot_builds():
+    """(version, problem, tiling or None for the default) of every build this file's GPU tests
+    make, for scripts/aot_test_builds.py: compiled here into the AOT cache, the device only runs."""
+    for problem, fields in BITWISE_CASES:
+        for ctas in BITWISE_CTAS:
+            tiling, base_tiling = bitwise_tilings(problem, fields, ctas)
+            yield V54, problem, tiling
+            yield V46, problem, base_tiling
+    for problem in CHECK_PROBLEMS:
+        yield V54, problem, None
+    for page_size in (64, 16):
+        yield V54, planted_keys_problem(page_size), planted_tiling(page_size)
+    yield V54, *graph_replay_build(V54, **GRAPH_FIELDS)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, fields", BITWISE_CASES, ids=[p.key() for p, _ in BITWISE_CASES])
-@pytest.mark.parametrize("ctas", [1, 3])
+@pytest.mark.parametrize("ctas", BITWISE_CTAS)
 def test_few_ctas_walking_many_items_equal_v46_bit_for_bit(problem, fields, ctas):
     import torch
     plan, base = runnable_plan(V54), runnable_plan(V46)
-    tiling = dataclasses.replace(plan.default_tiling(problem), persistent_ctas=ctas, multicast_kv=False, **fields)
-    base_tiling = base.Tiling(**{k: v for k, v in tiling.to_dict().items() if k != "persistent_ctas"})
+    tiling, base_tiling = bitwise_tilings(problem, fields, ctas)
     inputs = problem.make_inputs(seed=3, device="cuda")
     outs = []
     for pl, t in ((plan, tiling), (base, base_tiling)):
@@ -109,9 +143,7 @@ def test_few_ctas_walking_many_items_equal_v46_bit_for_bit(problem, fields, ctas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", [MlaDecodeProblem(b=16, s_q=2, h_q=128, seqlen=900, varlen=True),
-                                     MlaDecodeProblem(b=40, s_q=1, h_q=16, seqlen=600, varlen=True)],
-                         ids=lambda p: p.key())
+@pytest.mark.parametrize("problem", CHECK_PROBLEMS, ids=lambda p: p.key())
 def test_default_tiling_passes_the_check(problem):
     from mla_var3.runtime import check
     plan = runnable_plan(V54)
@@ -123,13 +155,10 @@ def test_default_tiling_passes_the_check(problem):
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [64, 16])
 def test_planted_keys_with_items_walked_in_turn(page_size):
-    plan = runnable_plan(V54)
-    problem = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
-    t = dataclasses.replace(plan.default_tiling(problem), chunk=4, persistent_ctas=2, multicast_kv=False)
-    check_with_planted_keys(plan, t, page_size=page_size)
+    check_with_planted_keys(runnable_plan(V54), planted_tiling(page_size), page_size=page_size)
 
 
 @pytest.mark.gpu
 def test_cuda_graph_replay_with_new_lengths():
     from version_knob import assert_graph_replay_with_new_lengths
-    assert_graph_replay_with_new_lengths(V54, page_size=64, h_q=64, persistent_ctas=3)
+    assert_graph_replay_with_new_lengths(V54, **GRAPH_FIELDS)

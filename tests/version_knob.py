@@ -70,16 +70,22 @@ def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple |
         assert torch.equal(a, b)
 
 
+def graph_replay_build(name: str, page_size: int = 16, h_q: int = 16, **fields):
+    """(problem, tiling) the graph-replay check builds `name` at (for the AOT cache too)."""
+    problem = MlaDecodeProblem(b=3, s_q=2, h_q=h_q, seqlens=(900, 900, 900), page_size=page_size)
+    plan = registry.get_plan(name)
+    return problem, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4, **fields)
+
+
 def assert_graph_replay_with_new_lengths(name: str, page_size: int = 16, h_q: int = 16, **fields):
     """`name` (longest-first order, split length 4, `fields` over its default tiling) captured in a
     CUDA graph at lengths (900, 900, 900) and replayed at (37, 0, 900) matches the reference
     (s_q=2; h_q=64 makes two row blocks, a multicast pair at pages 16 and 32)."""
     from graph_replay import replay_with_new_lengths
     plan, _ = gpu_plans(name)
-    problem = MlaDecodeProblem(b=3, s_q=2, h_q=h_q, seqlens=(900, 900, 900), page_size=page_size)
+    problem, tiling = graph_replay_build(name, page_size, h_q, **fields)
     inputs = problem.make_inputs(seed=0, device="cuda")
-    kern = plan.build(inputs, dataclasses.replace(plan.default_tiling(problem), order="longest_first", chunk=4,
-                                                  **fields))
+    kern = plan.build(inputs, tiling)
     kern.compile()
     outputs, replayed = replay_with_new_lengths(problem, kern, inputs, (37, 0, 900))
     cmp = problem.compare(outputs, problem.reference(replayed))

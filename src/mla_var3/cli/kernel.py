@@ -203,6 +203,23 @@ def compile_problems(plan, problems) -> list:
     return list(seen.values())
 
 
+def with_tuned_winners(plan, problems):
+    """(problem, None) for each problem, then (problem, winner) for each committed tuned winner of
+    it (conf/tuned, any GPU) whose build differs from the default's: a run on that GPU builds the
+    winner, so an AOT cache made without a GPU must hold it too."""
+    from mla_var3.runtime import autotune
+    for p in problems:
+        yield p, None
+        if plan.supports(p):
+            continue
+        seen = {plan.default_tiling(p).key()}
+        for gpu in autotune.committed_gpus():
+            winner = autotune.lookup(plan, p, gpu)
+            if winner is not None and winner.key() not in seen:
+                seen.add(winner.key())
+                yield p, winner
+
+
 def with_tune_configs(plan, problems, knobs=None):
     """(problem, tiling) for every config of each problem's autotune search space, each
     (static shape, tiling) once: what `--autotune` on these problems will compile. A problem the
@@ -240,9 +257,10 @@ def cmd_compile_only(names, problems, args, kind) -> int:
                       for p in compile_problems(plan, problems))                            # tuned winner)
         elif forced is not None:        # --tiling: that build, once per static shape
             builds = ((p, forced) for p in compile_shapes(problems))
-        else:                           # with the AOT cache every build a run needs, else one per static shape
-            shapes = compile_problems(plan, problems) if aot_cache.directory() else compile_shapes(problems)
-            builds = ((p, None) for p in shapes)
+        elif aot_cache.directory():     # with the AOT cache every build a run needs, winners included
+            builds = with_tuned_winners(plan, compile_problems(plan, problems))
+        else:                           # else one per static shape
+            builds = ((p, None) for p in compile_shapes(problems))
         for p, tiling in builds:
             label = f"{name} {p.static_key()}" + (f" {tiling.key()}" if tiling is not None else "")
             reasons = plan.supports(p)

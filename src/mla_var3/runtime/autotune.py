@@ -77,6 +77,12 @@ def lookup(plan, problem, gpu_name: str):
     return plan.Tiling(**hit["tiling"]) if hit else None
 
 
+def committed_gpus() -> list[str]:
+    """The GPUs with a committed winners file (conf/tuned/<GPU name with _ for spaces>.json)."""
+    folder = resources.files("mla_var3.conf").joinpath("tuned")
+    return sorted(f.name[:-len(".json")].replace("_", " ") for f in folder.iterdir() if f.name.endswith(".json"))
+
+
 def store(plan, problem, gpu_name: str, tiling, time_us: float) -> None:
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
