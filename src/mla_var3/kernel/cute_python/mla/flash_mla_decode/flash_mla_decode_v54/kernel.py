@@ -1,10 +1,17 @@
-"""flash_mla_decode_v46: v44's split kernel with `wide_tail_zero` (tail_rows.py): a sequence's partial
+"""flash_mla_decode_v54: v46's split kernel run by persistent CTAs (`persistent_ctas`): one wave of
+CTA columns per row block, each walking v46's split items in snake order (`place`, `work_item`),
+with the next item's Q loaded once the item's pair loop is done (`q_free`), the ring's fill counts
+carried across items, and O staged in stage 0 only, whose last release waits for the epilogue.
+
+Check (GPU):        python -m mla_var3.kernel flash_mla_decode_v54 --check
+Benchmark (GPU):    ... flash_mla_decode_v54 --grid=bench --compare=flash_mla_decode_v46,flashmla_decode
+Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v54 --compile-only --arch=sm_90a
+
+v46's notes:
+
+flash_mla_decode_v46: v44's split kernel with `wide_tail_zero` (tail_rows.py): a sequence's partial
 last tile has its value rows past the length cleared 16 bytes per store through an unswizzled
 view, where v13-v44 stored one bf16 at a time through the swizzled one (`zero_tail`).
-
-Check (GPU):        python -m mla_var3.kernel flash_mla_decode_v46 --check
-Benchmark (GPU):    ... flash_mla_decode_v46 --grid=bench --where varlen --compare=flash_mla_decode_v44,flashmla_decode
-Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v46 --compile-only --arch=sm_90a
 
 v44's notes:
 
@@ -580,7 +587,8 @@ class FlashMlaDecodeKernel:
                     if split < n_splits:                  # CTA-uniform: an idle place is skipped
                         if warp_idx == PRODUCER_WARP:
                             # v54: the item's Q once every math warp is done with the previous item's
-                            # (q_free: after its last QK^T), so it lands under that item's epilogue
+                            # (q_free: after its pair loop, so after its last QK^T), so it lands under
+                            # that item's epilogue
                             if items > 0:
                                 cute.arch.mbarrier_wait(q_free, (items - 1) % 2)
                             expect_tile(q_bar, self.q_bytes)
@@ -819,7 +827,8 @@ class FlashMlaDecodeKernel:
                                             self.release(empty + 1, peer)
 
                         if cutlass.const_expr(self.persistent):
-                            # v54: every QK^T of the item is done: the producer may load the next item's Q
+                            # v54: the item's pair loop (every QK^T) is done: the producer may load the
+                            # next item's Q
                             with cute.arch.elect_one():
                                 cute.arch.mbarrier_arrive(q_free)
                         # ---- epilogue: O / l per row; one split -> out (bf16) and lse (natural log, +inf if
@@ -881,6 +890,10 @@ class FlashMlaDecodeKernel:
                                         if wg == 0:
                                             if tidx % 4 == 0:
                                                 lse[bidx, grow % self.h_q, grow // self.h_q] = F32(F32.inf)
+                                # every math thread has read this item's row sums before the next
+                                # item's exchange writes s_sum (two keyless items back to back have no
+                                # pair barrier between them; found by review, session 26)
+                                cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                         else:
                             if cutlass.const_expr(self.persistent):
                                 self.store_partial_halves(st, o_rc, tOcO, o_part, bidx, split, rb, tidx)
