@@ -604,6 +604,8 @@ class FlashMlaDecodeKernel:
                                                         self.pages_per_tile, self.page_size)
                             for t in cutlass.range(t_begin + stage, t_end, STAGES, unroll=1):
                                 pair = (t - t_begin) // STAGES
+                                if cutlass.const_expr(self.persistent):
+                                    pair = fills                   # v54: numbered over the CTA's items (warp 8: stage 0)
                                 tln.mark(rec, "a_wait_start", pair)     # recorded by warp 8 only (stage 0)
                                 if fills > 0:
                                     cute.arch.mbarrier_wait(empty + stage, (fills - 1) % 2)
@@ -611,7 +613,7 @@ class FlashMlaDecodeKernel:
                                 self.load(tma_k, tKgK, tKsK, full, ids, n_pages, stage, part, rank)
                                 tln.mark(rec, "a_issued", pair)
                                 if cutlass.const_expr(self.timeline):
-                                    if t < t_begin + STAGES:       # the item's first tile of this stage
+                                    if t < t_begin + STAGES and items == 0:   # the first item's first tile
                                         tln.mark(rec, "kv_issued")     # (the timeline's "TMA Q + first tiles")
                                 fills += 1
                                 if t + STAGES < t_end:             # this warp's next fill: its ids now
@@ -676,7 +678,9 @@ class FlashMlaDecodeKernel:
                             row_lim[r] = cutlass.min(seqlen - (self.s_q - 1) + grow // self.h_q, seqlen)
 
                         cute.arch.mbarrier_wait(q_bar, items % 2)
-                        tln.mark(rec, "q_landed")
+                        if cutlass.const_expr(self.timeline):
+                            if items == 0:                        # v54: the prologue is the first item's
+                                tln.mark(rec, "q_landed")
                         tail = seqlen - (n_tiles - 1) * TILE          # valid rows of the last tile (1..64)
                         n_pairs = (t_end - t_begin + 1) // 2
                         n_own = n_a + wg * (n_b - n_a)            # v54: fills of this warpgroup's stage before
@@ -696,30 +700,33 @@ class FlashMlaDecodeKernel:
                             p_hi = p_split if peel == 0 else n_pairs
                             for p in cutlass.range(p_lo, p_hi, unroll=1):
                                 phase = (n_own + p) % 2                # v54: this stage's fills so far
+                                tp = p                                 # the pair's number on the timeline
+                                if cutlass.const_expr(self.persistent):
+                                    tp = n_a + p                       # v54: over the CTA's items, in turn
                                 t_own = t_begin + 2 * p + wg              # WG0: tile A, WG1: tile B
                                 has_b = t_begin + 2 * p + 1 < t_end
                                 mine = t_own < t_end                       # false only for WG1 with no tile B
 
                                 # ---- S = Q K^T over this warpgroup's whole tile, box by box as they land
                                 if mine:
-                                    tln.mark(rec, "qk_start", p)
+                                    tln.mark(rec, "qk_start", tp)
                                     acc_s.fill(0.0)
                                     warpgroup.fence()
                                     for c in cutlass.range_constexpr(N_CHUNKS):
                                         cute.arch.mbarrier_wait(full + wg * N_CHUNKS + c, phase)
-                                        tln.mark(rec, f"box{c}", p)
+                                        tln.mark(rec, f"box{c}", tp)
                                         for kb in cutlass.range_constexpr(BOX // 16):
                                             cute.gemm(mma_qk, acc_s, tSrQ[(None, None, kb, c)],
                                                       tSrK[(None, None, kb, wg * N_CHUNKS + c)], acc_s)
                                     warpgroup.commit_group()
-                                    tln.mark(rec, "qk_issued", p)
+                                    tln.mark(rec, "qk_issued", tp)
                                     warpgroup.wait_group(0)
-                                    tln.mark(rec, "qk_end", p)
+                                    tln.mark(rec, "qk_end", tp)
                                     if cutlass.const_expr(peel == 0):
                                         scale_rowmax(s_rc, scale_log2, tile_max)       # v21: no key masked here
                                     else:
                                         scale_mask_rowmax(s_rc, c_rc, row_lim, t_own * TILE, scale_log2, tile_max)
-                                    tln.mark(rec, "rowmax_end", p)
+                                    tln.mark(rec, "rowmax_end", tp)
                                 else:
                                     acc_s.fill(-F32.inf)
                                     tile_max.fill(-F32.inf)
@@ -732,7 +739,7 @@ class FlashMlaDecodeKernel:
                                         if ltid % 4 == 0:
                                             x_max[c_rc[r, 0][0], 0] = row_max[r]
                                             x_scale[c_rc[r, 0][0], 0] = scale[r]
-                                    tln.mark(rec, "softmax_end", p)
+                                    tln.mark(rec, "softmax_end", tp)
                                     if cutlass.const_expr(peel == 1):
                                         if t_own == n_tiles - 1:
                                             if tail < TILE:
@@ -742,24 +749,24 @@ class FlashMlaDecodeKernel:
                                     cute.arch.fence_proxy("async.shared", space="cta")
                                     cute.arch.barrier_arrive(barrier_id=BAR_A, number_of_threads=256)
                                     cute.arch.barrier(barrier_id=BAR_OWN, number_of_threads=128)
-                                    tln.mark(rec, "own_sync", p)
+                                    tln.mark(rec, "own_sync", tp)
                                     scale_rows_unless_one(o_rc, scale)
                                     warpgroup.fence()
                                     for kb in cutlass.range_constexpr(TILE // 16):
                                         cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                                     warpgroup.commit_group()
-                                    tln.mark(rec, "pv_a_issued", p)
+                                    tln.mark(rec, "pv_a_issued", tp)
 
                                     # ---- tile B's statistics from WG1: O_L = O_L s_B + P_B V_B[:, :256]
-                                    tln.mark(rec, "wait_peer_start", p)
+                                    tln.mark(rec, "wait_peer_start", tp)
                                     cute.arch.barrier(barrier_id=BAR_B, number_of_threads=256)
-                                    tln.mark(rec, "wait_peer_end", p)
+                                    tln.mark(rec, "wait_peer_end", tp)
                                     for r in cutlass.range_constexpr(n_rows):
                                         scale[r] = x_scale[c_rc[r, 0][0], 1]
                                         row_max[r] = x_max[c_rc[r, 0][0], 1]
                                         row_sum[r] = row_sum[r] * scale[r]
                                     warpgroup.wait_group(0)
-                                    tln.mark(rec, "pv_a_end", p)
+                                    tln.mark(rec, "pv_a_end", tp)
                                     self.release_stage0(empty, peer, p, n_pairs)         # this warp is done with stage 0
                                     scale_rows_unless_one(o_rc, scale)
                                     if has_b:
@@ -768,17 +775,17 @@ class FlashMlaDecodeKernel:
                                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                                       tOrV[(None, None, kb, 1)], acc_o)
                                         warpgroup.commit_group()
-                                        tln.mark(rec, "pv_b_issued", p)
+                                        tln.mark(rec, "pv_b_issued", tp)
                                     warpgroup.wait_group(0)
-                                    tln.mark(rec, "pv_b_end", p)
+                                    tln.mark(rec, "pv_b_end", tp)
                                     if has_b:
                                         with cute.arch.elect_one():
                                             self.release(empty + 1, peer)
                                 else:
                                     # ---- tile A's statistics from WG0: O_R = O_R s_A + P_A V_A[:, 256:] (async)
-                                    tln.mark(rec, "wait_peer_start", p)
+                                    tln.mark(rec, "wait_peer_start", tp)
                                     cute.arch.barrier(barrier_id=BAR_A, number_of_threads=256)
-                                    tln.mark(rec, "wait_peer_end", p)
+                                    tln.mark(rec, "wait_peer_end", tp)
                                     for r in cutlass.range_constexpr(n_rows):
                                         scale[r] = x_scale[c_rc[r, 0][0], 0]
                                         row_max[r] = x_max[c_rc[r, 0][0], 0]
@@ -788,7 +795,7 @@ class FlashMlaDecodeKernel:
                                     for kb in cutlass.range_constexpr(TILE // 16):
                                         cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, P_CHUNK)], tOrV[(None, None, kb, 0)], acc_o)
                                     warpgroup.commit_group()
-                                    tln.mark(rec, "pv_a_issued", p)
+                                    tln.mark(rec, "pv_a_issued", tp)
 
                                     # ---- meanwhile tile B: new max over m_A, P_B, publish
                                     exp_against_lazy_max(s_rc, row_max, row_sum, tile_max, scale)
@@ -798,7 +805,7 @@ class FlashMlaDecodeKernel:
                                         if ltid % 4 == 0:
                                             x_max[c_rc[r, 0][0], 1] = row_max[r]
                                             x_scale[c_rc[r, 0][0], 1] = scale[r]
-                                    tln.mark(rec, "softmax_end", p)
+                                    tln.mark(rec, "softmax_end", tp)
                                     if cutlass.const_expr(peel == 1):
                                         if mine:
                                             if t_own == n_tiles - 1:
@@ -807,11 +814,11 @@ class FlashMlaDecodeKernel:
                                     cute.arch.fence_proxy("async.shared", space="cta")
                                     cute.arch.barrier_arrive(barrier_id=BAR_B, number_of_threads=256)
                                     cute.arch.barrier(barrier_id=BAR_OWN + 1, number_of_threads=128)
-                                    tln.mark(rec, "own_sync", p)
+                                    tln.mark(rec, "own_sync", tp)
 
                                     # ---- O_R = O_R s_B + P_B V_B[:, 256:]
                                     warpgroup.wait_group(0)
-                                    tln.mark(rec, "pv_a_end", p)
+                                    tln.mark(rec, "pv_a_end", tp)
                                     self.release_stage0(empty, peer, p, n_pairs)         # this warp is done with stage 0
                                     scale_rows_unless_one(o_rc, scale)
                                     if mine:
@@ -820,9 +827,9 @@ class FlashMlaDecodeKernel:
                                             cute.gemm(mma_pv, acc_o, tOrP[(None, None, kb, N_CHUNKS + P_CHUNK)],
                                                       tOrV[(None, None, kb, 1)], acc_o)
                                         warpgroup.commit_group()
-                                        tln.mark(rec, "pv_b_issued", p)
+                                        tln.mark(rec, "pv_b_issued", tp)
                                         warpgroup.wait_group(0)
-                                        tln.mark(rec, "pv_b_end", p)
+                                        tln.mark(rec, "pv_b_end", tp)
                                         with cute.arch.elect_one():
                                             self.release(empty + 1, peer)
 

@@ -9,6 +9,11 @@ long "K box c" span is time waiting for TMA; `wait_peer_*` is WG0 waiting for (m
 for (m_A, s_A, P_A). For the producer row, pair p's `a_*` events are the refill of stage 0 with
 that pair's tile A: the wait for the stage to be freed by pair p - 1, then the issue of its boxes
 (pair 0 has none: the prologue loaded it).
+
+v54 (persistent CTAs): the pairs are numbered over the CTA's items in turn (item 2's first pair
+follows item 1's last), so the gap between one item's last pair and the next item's first is the
+per-item cost the makespan model calls PERSISTENT_ITEM_TILES; the once events (Q landed, the first
+tiles issued) are the CTA's first item's, the tail events (the epilogue) its last item's.
 """
 from mla_var3.runtime.timeline import Schema, Span
 
