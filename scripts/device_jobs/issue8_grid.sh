@@ -2,9 +2,12 @@
 # Issue 8's whole-grid table in three parts that each fit one call: VERSION (default
 # flash_mla_decode_v46) per step, beside live FlashMLA (per step, its default), cuTile's newest and
 # PyTorch, 10 interleaved rounds. PART: s1 (bench grid, s_q=1), s2 (bench grid, s_q=2),
-# small (the small_batch grid). Carry .aot (VERSION's --compile-only of the grid) and .flashmla;
-# cuTile needs the devkit's nvvm setup call too.
-#   run("MLA_VAR3_COMMIT=<hash> bash scripts/device_jobs/issue8_grid.sh s1", carry=[".aot", ".flashmla"], timeout_s=600)
+# small (the small_batch grid). Carry VERSION's builds of both grids and .flashmla; cuTile needs
+# the devkit's nvvm setup call too. The builds, here (no GPU), e.g. for v54:
+#   MLA_VAR3_AOT_DIR=.aot_grid_v54 python -m mla_var3.kernel flash_mla_decode_v54 --compile-only \
+#       --arch=sm_90a --grid=bench --tiling +schedule=per_step          (and --grid=small_batch)
+#   run("MLA_VAR3_COMMIT=<hash> bash scripts/device_jobs/issue8_grid.sh s1 flash_mla_decode_v54",
+#       carry=[".aot_grid_v54", ".flashmla"], timeout_s=600)
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 part=${1:?usage: issue8_grid.sh s1|s2|small [VERSION]}
 version=${2:-flash_mla_decode_v46}
