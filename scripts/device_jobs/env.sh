@@ -19,12 +19,18 @@ mkdir -p "$W/records" "$W/logs"
 echo "device job: commit $MLA_VAR3_COMMIT, $(nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null), kernel $(uname -r)"
 echo "device job: AOT caches ${MLA_VAR3_AOT_DIR:-none}; FlashMLA ${MLA_VAR3_FLASHMLA:-third_party/FlashMLA/build if built}"
 
-# step NAME SECONDS CMD...: run CMD bounded by SECONDS, its output in $W/logs/NAME.log; prints the
-# log's last lines and the time it took; returns CMD's status (124: it ran out of time)
+# the whole job ends by JOB_SECONDS (default 570: a call may run 600 s, and `pack` must still run)
+JOB_END=$((SECONDS + ${JOB_SECONDS:-570}))
+
+# step NAME SECONDS CMD...: run CMD bounded by SECONDS and by what is left of the job (less 20 s
+# for packing), its output in $W/logs/NAME.log; prints the log's last lines and the time it took;
+# returns CMD's status (124: it ran out of time)
 step() {
     local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    timeout --kill-after=10 "$secs" "$@" > "$W/logs/$name.log" 2>&1
+    local t0=$SECONDS left=$((JOB_END - SECONDS - 20))
+    [ "$left" -lt "$secs" ] && secs=$left
+    if [ "$secs" -le 0 ]; then echo "== $name: skipped, no time left in the job"; return 124; fi
+    timeout --kill-after=5 "$secs" "$@" > "$W/logs/$name.log" 2>&1
     local rc=$?
     echo "== $name: rc=$rc in $((SECONDS - t0)) s"
     tail -n "${TAIL:-15}" "$W/logs/$name.log"
