@@ -20,11 +20,37 @@ def test_job_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(Path("/tmp/site/env.sh").exists(), reason="this machine has the devkit's setup")
-def test_a_job_without_the_devkit_setup_says_what_to_run_first():
+def test_a_job_without_the_devkit_setup_says_what_to_run_first(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "scripts/device_jobs/v54_first_run.sh")], cwd=ROOT,
-                       capture_output=True, text=True, env={**os.environ, "MLA_VAR3_COMMIT": "x"})
+                       capture_output=True, text=True,
+                       env={**os.environ, "MLA_VAR3_COMMIT": "x", "MLA_VAR3_SITE_ENV": str(tmp_path / "none.sh")})
     assert r.returncode == 3 and "run the devkit's setup calls first" in r.stderr
+
+
+def test_steps_are_logged_bounded_and_packed(tmp_path):
+    """A job's steps: output to logs/NAME.log, a step past its seconds ends with 124, a step past
+    the job's end is skipped, and pack returns the logs as one tarball in $OUT."""
+    import tarfile
+    site = tmp_path / "site_env.sh"
+    site.write_text("export FAKE_SITE=1\n")
+    job = tmp_path / "job.sh"
+    job.write_text(f"""source {ROOT}/scripts/device_jobs/env.sh
+step hello 10 echo hi from $FAKE_SITE
+step slow 1 sleep 5; echo "slow rc=$?"
+JOB_END=$SECONDS
+step late 10 echo never; echo "late rc=$?"
+pack t
+""")
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(job)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "MLA_VAR3_SITE_ENV": str(site), "MLA_VAR3_COMMIT": "abc", "OUT": str(out),
+                            "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "slow rc=124" in r.stdout and "late: skipped" in r.stdout and "late rc=124" in r.stdout
+    with tarfile.open(out / "t.tgz") as tar:
+        names = tar.getnames()
+        assert "./logs/hello.log" in names and "./logs/late.log" not in names
+        assert tar.extractfile("./logs/hello.log").read().decode().strip() == "hi from 1"
 
 
 def test_aot_test_builds_needs_a_cache_directory():

@@ -5,8 +5,9 @@
 # directory $W whose files `pack` puts into $OUT as one tarball (a call brings back 8 files at most).
 # Needs MLA_VAR3_COMMIT=<hash> in the command: the device's copy may hold a stale .git.
 set -uo pipefail
-[ -f /tmp/site/env.sh ] || { echo "device job: /tmp/site/env.sh is missing: run the devkit's setup calls first (scripts/stage_device.sh)" >&2; exit 3; }
-source /tmp/site/env.sh
+site=${MLA_VAR3_SITE_ENV:-/tmp/site/env.sh}      # (a test points this elsewhere)
+[ -f "$site" ] || { echo "device job: $site is missing: run the devkit's setup calls first (scripts/stage_device.sh)" >&2; exit 3; }
+source "$site"
 : "${MLA_VAR3_COMMIT:?set MLA_VAR3_COMMIT=<the commit these files are> in the device command}"
 export MLA_VAR3_COMMIT MLA_VAR3_RUN_QUARANTINED=${MLA_VAR3_RUN_QUARANTINED:-1}
 aot=""
@@ -14,7 +15,7 @@ for d in .aot*/; do [ -d "$d" ] && aot="${aot:+$aot:}$PWD/${d%/}"; done
 [ -n "$aot" ] && export MLA_VAR3_AOT_DIR="$aot"
 if [ -f .flashmla/flashmla_dense_sm90.so ]; then export MLA_VAR3_FLASHMLA=$PWD/.flashmla; fi
 OUT=${OUT:-$PWD/out}
-W=$(mktemp -d /tmp/job.XXXX)
+W=$(mktemp -d "${TMPDIR:-/tmp}/job.XXXX")
 mkdir -p "$W/records" "$W/logs"
 echo "device job: commit $MLA_VAR3_COMMIT, $(nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null), kernel $(uname -r)"
 echo "device job: AOT caches ${MLA_VAR3_AOT_DIR:-none}; FlashMLA ${MLA_VAR3_FLASHMLA:-third_party/FlashMLA/build if built}"
