@@ -338,3 +338,39 @@ def test_cta_cost_fit_separates_the_cost_per_iteration_from_the_fixed_cost():
     assert "3.00 us per QK^T + 5.00 us fixed" in timeline.format_cta_cost(fit)
     assert timeline.cta_cost_fit([cta(i, 4) for i in range(3)], schema, ghz, "QK^T") is None
     assert "nothing to fit" in timeline.format_cta_cost(None)
+
+
+def test_item_gaps_measure_what_a_persistent_cta_pays_per_further_item():
+    """Two CTAs, each walking items of 3, 2 and 4 pairs (pairs numbered over the items, each
+    item's epilogue at its last pair's number): a pair every 1000 cycles within an item, and 2500
+    cycles from an item's last pair to the next item's first (the epilogue 1200 of them, from 800
+    after the last pair's start). At 2 GHz: a pair 0.5 us, the boundary 0.85 us from the
+    epilogue's start, an item 3 tile-times beyond its tiles ((2500 - 1000) / 500)."""
+    def cta(i):
+        spans, t, k = [], 0, 0
+        for n in (3, 2, 4):
+            for p in range(n):
+                spans.append({"name": "QK^T", "track": "math", "row": 0, "it": k, "start": t, "end": t + 300})
+                if p == n - 1:
+                    spans.append({"name": "epilogue", "track": "math", "row": 0, "it": k, "start": t + 800,
+                                  "end": t + 2000})
+                    t += 2500
+                else:
+                    t += 1000
+                k += 1
+        return timeline.CtaTimeline(index=i, coord=(i, 0, 0), smid=i, gt_start=0, clk_start=0, clk_end=t, spans=spans)
+    g = timeline.item_gaps([cta(0), cta(1)], 2.0)
+    assert g["boundaries"] == 4 and g["pair_ns"] == pytest.approx(500.0)
+    assert g["epilogue_ns"] == pytest.approx(600.0) and g["gap_ns"] == pytest.approx(850.0) == g["gap_p90_ns"]
+    assert g["extra_tiles"] == pytest.approx(3.0)
+    assert "3.00 tile-times beyond its tiles" in timeline.format_item_gaps(g)
+    one_item = timeline.CtaTimeline(index=0, coord=(0, 0, 0), smid=0, gt_start=0, clk_start=0, clk_end=10,
+                                    spans=[s for s in cta(0).spans if s["it"] <= 2])
+    assert timeline.item_gaps([one_item], 2.0) is None
+    assert "nothing to measure" in timeline.format_item_gaps(None)
+
+
+def test_v54_records_every_items_epilogue_per_pair():
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v54 import timeline_events as ev
+    assert {"epi_start", "epi_sums", "epi_end"} <= set(ev.SCHEMA.per_iter) and ev.SCHEMA.tail == ()
+    assert any(sp.name == "epilogue" and sp.start in ev.SCHEMA.per_iter for sp in ev.SCHEMA.spans)

@@ -182,13 +182,17 @@ def cmd_timeline(names, problems, args, kind) -> int:
     if periods:                                         # the schema records QK^T per tile
         cta_cost = timeline.cta_cost_fit(got["ctas"], schema, got["clock_ghz"], "QK^T")
         print(timeline.format_cta_cost(cta_cost))
+    gaps = None
+    if any(sp.name == "epilogue" and sp.start in schema.per_iter for sp in schema.spans):   # every item's epilogue
+        gaps = timeline.item_gaps(got["ctas"], got["clock_ghz"])
+        print(timeline.format_item_gaps(gaps))
     print("wrote " + ", ".join(str(p) for p in [*got["files"].values(), out / "timeline.npz"])
           + "\n  open trace.json in https://ui.perfetto.dev (or chrome://tracing)")
     rec = records.make_record("profile", plan, tiling, problem, prof_type="timeline", rows=got["summary"],
                               timer=res, clock_ghz=got["clock_ghz"], plain_us=plain_us, instrumented_us=inst_us,
                               instrumented_passed=cmp.passed, ctas_recorded=len(got["ctas"]),
                               pair_period_cycles=statistics.median(periods) if periods else None,
-                              sm_occupancy=occupancy, cta_cost=cta_cost,
+                              sm_occupancy=occupancy, cta_cost=cta_cost, item_gaps=gaps,
                               files=[str(p) for p in got["files"].values()], wall_s=time.perf_counter() - t0)
     records.append(rec, args.records)
     return 0 if cmp.passed else 1

@@ -330,6 +330,47 @@ def cta_cost_fit(ctas: list[CtaTimeline], schema: Schema, ghz: float, span: str,
             "r2": 1.0 - ss_res / ss_tot if ss_tot else 1.0}
 
 
+def item_gaps(ctas: list[CtaTimeline], ghz: float, row: int = 0, loop: str = "QK^T",
+              epilogue: str = "epilogue") -> dict | None:
+    """What a persistent CTA pays per further item (flash_mla_decode_v54: its pairs numbered over the
+    CTA's items, each item's epilogue at its last pair's number). On `row`, an item boundary is an
+    `epilogue` span at pair k followed by a `loop` span at pair k + 1; the pair period is the median
+    of `loop` start-to-start within items. Returns the boundaries' count, the epilogue's median ns,
+    the boundary's median and p90 ns (from the epilogue's start to the next item's first `loop`
+    start), and `extra_tiles`: the median of (next item's first start - this item's last start -
+    one pair period) over half a pair period, the tile-times an item costs beyond its tiles (what
+    the makespan model's PERSISTENT_ITEM_TILES assumes). None when no CTA walked two items."""
+    gaps, epis, extras, periods = [], [], [], []
+    per_cta = []
+    for c in ctas:
+        loops = {sp["it"]: sp for sp in c.spans if sp["name"] == loop and sp["row"] == row and sp["it"] is not None}
+        ends = {sp["it"]: sp for sp in c.spans if sp["name"] == epilogue and sp["row"] == row and sp["it"] is not None}
+        bounds = [k for k in sorted(ends) if k + 1 in loops and k in loops]
+        periods += [loops[k + 1]["start"] - loops[k]["start"] for k in sorted(loops)
+                    if k + 1 in loops and k not in ends]
+        per_cta.append((loops, ends, bounds))
+    if not periods or not any(b for _, _, b in per_cta):
+        return None
+    period = statistics.median(periods)
+    for loops, ends, bounds in per_cta:
+        for k in bounds:
+            epis.append((ends[k]["end"] - ends[k]["start"]) / ghz)
+            gaps.append((loops[k + 1]["start"] - ends[k]["start"]) / ghz)
+            extras.append((loops[k + 1]["start"] - loops[k]["start"] - period) / (period / 2))
+    gaps.sort()
+    return {"boundaries": len(gaps), "pair_ns": period / ghz, "epilogue_ns": statistics.median(epis),
+            "gap_ns": statistics.median(gaps), "gap_p90_ns": gaps[min(len(gaps) - 1, int(0.9 * len(gaps)))],
+            "extra_tiles": statistics.median(extras)}
+
+
+def format_item_gaps(g: dict | None) -> str:
+    if g is None:
+        return "items: no CTA walked two items (nothing to measure between items)"
+    return (f"items: {g['boundaries']} boundaries; epilogue {g['epilogue_ns'] / 1e3:.2f} us, epilogue start to "
+            f"the next item's first QK^T {g['gap_ns'] / 1e3:.2f} us (p90 {g['gap_p90_ns'] / 1e3:.2f}); "
+            f"a pair {g['pair_ns'] / 1e3:.2f} us; an item costs {g['extra_tiles']:.2f} tile-times beyond its tiles")
+
+
 def format_cta_cost(fit: dict | None) -> str:
     if fit is None:
         return "CTA cost: every CTA recorded the same number of iterations (nothing to fit)"
@@ -476,6 +517,8 @@ def main(argv=None) -> int:
         print(format_occupancy(sm_occupancy(res["ctas"], res["clock_ghz"])))
         if any(sp.name == "QK^T" for sp in schema.spans):
             print(format_cta_cost(cta_cost_fit(res["ctas"], schema, res["clock_ghz"], "QK^T")))
+        if any(sp.name == "epilogue" and sp.start in schema.per_iter for sp in schema.spans):
+            print(format_item_gaps(item_gaps(res["ctas"], res["clock_ghz"])))
     print("wrote " + ", ".join(str(p) for p in res["files"].values()))
     return 0
 

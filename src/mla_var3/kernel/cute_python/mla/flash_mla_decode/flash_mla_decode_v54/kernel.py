@@ -840,14 +840,19 @@ class FlashMlaDecodeKernel:
                                 cute.arch.mbarrier_arrive(q_free)
                         # ---- epilogue: O / l per row; one split -> out (bf16) and lse (natural log, +inf if
                         # no key); several -> O / l (f32) and the log2-domain lse (-inf if no key) per split
-                        tln.mark(rec, "epi_start")
+                        t_last = 0          # the timeline's number for this item's epilogue: its last pair's
+                        if cutlass.const_expr(self.timeline):
+                            t_last = cutlass.max(n_pairs - 1, 0)
+                            if cutlass.const_expr(self.persistent):
+                                t_last = cutlass.max(n_a + n_pairs - 1, 0)   # v54: every item's epilogue
+                        tln.mark(rec, "epi_start", t_last)
                         tOcO = acc_rows_cols(thr_pv.partition_C(cute.make_identity_tensor((BLOCK_M, D_V))))
                         for r in cutlass.range_constexpr(n_rows):
                             l_wg = quad_allreduce_sum(row_sum[r])          # this warpgroup's keys
                             if ltid % 4 == 0:
                                 s_sum[c_rc[r, 0][0], wg] = l_wg
                         cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)   # not the producer
-                        tln.mark(rec, "epi_sums")
+                        tln.mark(rec, "epi_sums", t_last)
                         for r in cutlass.range_constexpr(n_rows):
                             l_tot = s_sum[c_rc[r, 0][0], 0] + s_sum[c_rc[r, 0][0], 1]
                             inv = F32(1.0) / l_tot if l_tot > F32(0.0) else F32(0.0)
@@ -933,7 +938,7 @@ class FlashMlaDecodeKernel:
                                 cute.arch.barrier(barrier_id=BAR_MATH, number_of_threads=MATH_THREADS)
                                 with cute.arch.elect_one():
                                     self.release(empty, peer)
-                        tln.mark(rec, "epi_end")
+                        tln.mark(rec, "epi_end", t_last)
                         n_a += (t_end - t_begin + 1) // 2
                         n_b += (t_end - t_begin) // 2
                         items += 1

@@ -13,7 +13,9 @@ that pair's tile A: the wait for the stage to be freed by pair p - 1, then the i
 v54 (persistent CTAs): the pairs are numbered over the CTA's items in turn (item 2's first pair
 follows item 1's last), so the gap between one item's last pair and the next item's first is the
 per-item cost the makespan model calls PERSISTENT_ITEM_TILES; the once events (Q landed, the first
-tiles issued) are the CTA's first item's, the tail events (the epilogue) its last item's.
+tiles issued) are the CTA's first item's, and each item's epilogue events are recorded at its last
+pair's number (per pair, not once after the loop), so every item's epilogue is on the timeline
+(`python -m mla_var3.runtime.timeline <npz> --per-sm` prints the gaps between items).
 """
 from mla_var3.runtime.timeline import Schema, Span
 
@@ -24,7 +26,8 @@ MATH_EVENTS = ("qk_start", *(f"box{c}" for c in range(N_BOXES)), "qk_issued", "q
                "wait_peer_start", "wait_peer_end", "softmax_end", "own_sync", "pv_a_issued", "pv_a_end",
                "pv_b_issued", "pv_b_end")
 PRODUCER_EVENTS = ("a_wait_start", "a_wait_end", "a_issued")
-PER_PAIR = MATH_EVENTS + PRODUCER_EVENTS
+EPILOGUE_EVENTS = ("epi_start", "epi_sums", "epi_end")     # v54: at the item's last pair's number
+PER_PAIR = MATH_EVENTS + PRODUCER_EVENTS + EPILOGUE_EVENTS
 
 WG0, WG1, MATH, PRODUCER = (0,), (1,), (0, 1), (2,)
 SPANS = (
@@ -54,5 +57,5 @@ SPANS = (
 )
 
 SCHEMA = Schema(kernel="flash_mla_decode_v21", rows=("warp 0 (WG0)", "warp 4 (WG1)", "warp 8 (producer)"),
-                once=("kv_issued", "q_landed"), per_iter=PER_PAIR, tail=("epi_start", "epi_sums", "epi_end"),
+                once=("kv_issued", "q_landed"), per_iter=PER_PAIR, tail=(),
                 max_iters=MAX_PAIRS, spans=SPANS, iter_name="pair")
