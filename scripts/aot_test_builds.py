@@ -54,10 +54,12 @@ def main(argv=None) -> int:
             if key in seen:
                 continue
             seen.add(key)
+            t0 = time.time()
             info = plan.compile_only(problem, args.arch, tiling=tiling)
             if not info.get("compiled", True):
                 print(f"error: {version} {problem.key()}: {info.get('reason')}", file=sys.stderr)
                 return 1
+            print(f"  {version} {problem.static_key()} {key[2]}: {time.time() - t0:.1f} s", flush=True)
         print(f"{path}: {len(seen)} builds in {aot_cache.directory()} ({time.time() - start:.0f} s)")
     return 0
 
