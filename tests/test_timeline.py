@@ -373,4 +373,4 @@ def test_item_gaps_measure_what_a_persistent_cta_pays_per_further_item():
 def test_v54_records_every_items_epilogue_per_pair():
     from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v54 import timeline_events as ev
     assert {"epi_start", "epi_sums", "epi_end"} <= set(ev.SCHEMA.per_iter) and ev.SCHEMA.tail == ()
-    assert any(sp.name == "epilogue" and sp.start in ev.SCHEMA.per_iter for sp in ev.SCHEMA.spans)
+    assert timeline.records_item_epilogues(ev.SCHEMA) and not timeline.records_item_epilogues(TOY)

@@ -183,7 +183,7 @@ def cmd_timeline(names, problems, args, kind) -> int:
         cta_cost = timeline.cta_cost_fit(got["ctas"], schema, got["clock_ghz"], "QK^T")
         print(timeline.format_cta_cost(cta_cost))
     gaps = None
-    if any(sp.name == "epilogue" and sp.start in schema.per_iter for sp in schema.spans):   # every item's epilogue
+    if timeline.records_item_epilogues(schema):
         gaps = timeline.item_gaps(got["ctas"], got["clock_ghz"])
         print(timeline.format_item_gaps(gaps))
     print("wrote " + ", ".join(str(p) for p in [*got["files"].values(), out / "timeline.npz"])

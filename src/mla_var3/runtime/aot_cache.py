@@ -75,12 +75,11 @@ def describe(key, obj) -> dict:
             "variant": key.variant, "nvidia_cutlass_dsl": _dsl_version(), "source": source_digest(obj)}
 
 
-def entry(key, obj, root: Path | None = None) -> tuple[Path, str]:
-    """(object file path under `root`, default the first directory; exported function name) of
-    this key's entry."""
+def entry(key, obj) -> tuple[Path, str]:
+    """(object file path in the first directory, exported function name) of this key's entry."""
     digest = hashlib.sha256(json.dumps(describe(key, obj), sort_keys=True).encode()).hexdigest()[:24]
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in f"{key.kernel}-{key.stage}")
-    return (root or directory()) / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
+    return directory() / f"{safe}-{digest}.o", f"mla_var3_aot_{digest}"
 
 
 def load(key, obj, fake_args):
@@ -89,12 +88,8 @@ def load(key, obj, fake_args):
     them are appended on every call (`FilledCall`), as the in-process function would."""
     if not usable(key):
         return None
-    name, path = None, None
-    for root in directories():
-        candidate, name = entry(key, obj, root)
-        if candidate.is_file():
-            path = candidate
-            break
+    first, name = entry(key, obj)
+    path = next((d / first.name for d in directories() if (d / first.name).is_file()), None)
     if path is None:
         return None
     try:

@@ -330,6 +330,11 @@ def cta_cost_fit(ctas: list[CtaTimeline], schema: Schema, ghz: float, span: str,
             "r2": 1.0 - ss_res / ss_tot if ss_tot else 1.0}
 
 
+def records_item_epilogues(schema: Schema) -> bool:
+    """Whether the schema records an epilogue per iteration (each item's, v54), so item_gaps applies."""
+    return any(sp.name == "epilogue" and sp.start in schema.per_iter for sp in schema.spans)
+
+
 def item_gaps(ctas: list[CtaTimeline], ghz: float, row: int = 0, loop: str = "QK^T",
               epilogue: str = "epilogue") -> dict | None:
     """What a persistent CTA pays per further item (flash_mla_decode_v54: its pairs numbered over the
@@ -517,7 +522,7 @@ def main(argv=None) -> int:
         print(format_occupancy(sm_occupancy(res["ctas"], res["clock_ghz"])))
         if any(sp.name == "QK^T" for sp in schema.spans):
             print(format_cta_cost(cta_cost_fit(res["ctas"], schema, res["clock_ghz"], "QK^T")))
-        if any(sp.name == "epilogue" and sp.start in schema.per_iter for sp in schema.spans):
+        if records_item_epilogues(schema):
             print(format_item_gaps(item_gaps(res["ctas"], res["clock_ghz"])))
     print("wrote " + ", ".join(str(p) for p in res["files"].values()))
     return 0
