@@ -36,22 +36,24 @@ def assert_bool_knob_on_by_default(name: str, knob: str, problem):
     return t
 
 
-def gpu_plans(name: str):
-    """(the version's plan, v36's), or a skip with the reason the version cannot run here."""
-    plan, base = registry.get_plan(name), registry.get_plan(BASE)
+def gpu_plans(name: str, base: str = BASE):
+    """(the version's plan, `base`'s: v36's by default), or a skip with the reason the version
+    cannot run here."""
+    plan, base = registry.get_plan(name), registry.get_plan(base)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     return plan, base
 
 
-def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple | None = None, base_fields=None):
+def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple | None = None, base_fields=None,
+                                 base: str = BASE):
     """`name` at `tiling` passes the check on `problem` (seeds 0 and 1, and the peaked draw), and
-    its outputs equal v36's at the same tiling without the field `knob` (or the fields, for a
-    version two knobs past v36) and with `base_fields` over it, bit for bit."""
+    its outputs equal `base`'s (v36's by default) at the same tiling without the field `knob` (or
+    the fields, for a version two knobs past its base) and with `base_fields` over it, bit for bit."""
     import torch
 
     from mla_var3.runtime import check
-    plan, base = gpu_plans(name)
+    plan, base = gpu_plans(name, base)
     results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=tiling)
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
