@@ -252,9 +252,11 @@ def test_timeline_compile_only_shows_the_timer_reads(capsys):
 @pytest.mark.gpu
 def test_timeline_run_on_the_gpu(tmp_path, capsys):
     """The whole --prof_type=timeline run on a small problem: probe, instrumented outputs correct,
-    a valid trace with both warpgroups' QK^T and P V phases."""
+    a valid trace with both warpgroups' QK^T and P V phases. chunk=4 gives each CTA two pairs of
+    tiles: v4's default chunk on this problem is 1 tile per CTA (b=2 leaves 66 CTAs per sequence),
+    where warpgroup 1 scores nothing."""
     assert main(["flash_mla_decode_v4", "--prof_type=timeline", "--b=2", "--h_q=16", "--seqlen=700",
-                 f"--records={tmp_path}"]) == 0
+                 "--tiling", "+chunk=4", f"--records={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert "globaltimer: tick" in out and "instrumented outputs match the reference" in out
     (d,) = (tmp_path / "timeline" / "flash_mla_decode_v4").iterdir()
