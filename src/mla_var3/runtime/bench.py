@@ -19,6 +19,8 @@ H200, so it is read only for replays spanning two of its updates (`--rep_ms 300`
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -99,21 +101,85 @@ def two_modes(samples: list[float]) -> tuple[float, float, float] | None:
     return statistics.median(lo), statistics.median(hi), len(hi) / n
 
 
+DESIGN_SEARCH_STEPS = 200_000   # balanced_order's search budget; past it (many plans) a Williams design
+
+
+@functools.lru_cache(maxsize=None)
+def _cyclic_design(n: int) -> tuple[tuple[int, ...], ...] | None:
+    """n - 1 orders of range(n) that, timed back to back and repeated, put every plan right after
+    every other plan exactly once per period, the boundary between rounds included (found by a
+    depth-first search: instant up to 8 plans); None when the search budget runs out."""
+    if n < 2:
+        return ((0,) * n,)
+    count: dict[tuple[int, int], int] = {}
+    rounds: list[tuple[int, ...]] = []
+    steps = [0]
+
+    def free(a, b):
+        return a != b and (a, b) not in count
+
+    def place(k, p):
+        arcs = list(zip(p, p[1:])) + ([(rounds[-1][-1], p[0])] if rounds else [])
+        if len(set(arcs)) < len(arcs) or not all(free(a, b) for a, b in arcs):
+            return None
+        for arc in arcs:
+            count[arc] = 1
+        return arcs
+
+    def extend(k):
+        if k == n - 1:
+            return free(rounds[-1][-1], rounds[0][0])
+        for p in itertools.permutations(range(n)):
+            steps[0] += 1
+            if steps[0] > DESIGN_SEARCH_STEPS:
+                return False
+            if k == 0 and p[0] != 0:
+                break
+            arcs = place(k, p)
+            if arcs is None:
+                continue
+            rounds.append(p)
+            if extend(k + 1):
+                return True
+            rounds.pop()
+            for arc in arcs:
+                del count[arc]
+        return False
+
+    return tuple(rounds) if extend(0) else None
+
+
+def balanced_order(n: int, r: int) -> list[int]:
+    """Round r's order of n plans: every plan is timed right after every other plan equally often,
+    the call that ends one round and starts the next included (`_cyclic_design`; a Williams design,
+    balanced within rounds only, past the search budget). A plain rotation (0 1 2 3, 1 2 3 0, ...)
+    times plan k + 1 right after plan k in most rounds, and a plan that follows a slow, low-power
+    one (PyTorch in a four-way compare) then starts on a cooler GPU at a higher clock: in the
+    whole-grid run of 2026-12-04 (docs/kernels/flash_mla_decode.md) v46, timed after PyTorch, ran
+    at 1874-1980 MHz and FlashMLA, timed after v46, at 1597-1980 MHz."""
+    design = _cyclic_design(n)
+    if design is not None:
+        return list(design[r % len(design)])
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    order = [(x + r) % n for x in first]
+    return order[::-1] if n % 2 and (r // n) % 2 else order
+
+
 def interleaved_samples(replays: list, rounds: int, warmup_rounds: int = WARMUP_ROUNDS) -> list[list[float]]:
-    """Call each of `replays` (one per plan: a timed replay, returning its time) once per round,
-    the starting plan rotating each round, so every plan sees the same drift in clocks, power
-    and temperature; returns each plan's samples in call order. The first `warmup_rounds` rounds
-    are run the same way and dropped: after the builds and captures the GPU is idle and cool, and
-    the plan that goes first would get a replay at a boost clock the others never see (v18's
-    minimum read 3-9% better than v17's while its median was 0-4% worse)."""
+    """Call each of `replays` (one per plan: a timed replay, returning its time) once per round in
+    `balanced_order` (the starting plan rotates and each plan follows every other equally often),
+    so every plan sees the same drift in clocks, power and temperature; returns each plan's samples
+    in call order. The first `warmup_rounds` rounds are run the same way and dropped: after the
+    builds and captures the GPU is idle and cool, and the plan that goes first would get a replay at
+    a boost clock the others never see (v18's minimum read 3-9% better than v17's while its median
+    was 0-4% worse)."""
     samples: list[list[float]] = [[] for _ in replays]
     n = len(replays)
     for r in range(warmup_rounds):
-        for k in range(n):
-            replays[(r + k) % n]()
-    for r in range(rounds):                  # the rotation continues where the warm-up left it
-        for k in range(n):
-            j = (warmup_rounds + r + k) % n
+        for j in balanced_order(n, r):
+            replays[j]()
+    for r in range(rounds):                  # the design continues where the warm-up left it
+        for j in balanced_order(n, warmup_rounds + r):
             samples[j].append(replays[j]())
     return samples
 
