@@ -7,6 +7,9 @@
 # quarantined versions; MLA_VAR3_FUZZ_EXAMPLES sets the fuzz count (default 200); ONLY narrows the
 # group further with a pytest -k expression (e.g. ONLY="flash_mla_decode_v9 or flash_mla_decode_v10":
 # every MLA version's GPU tests together no longer fit one 600 s device call).
+# PYTEST_ADDOPTS="-n 8" runs a group in eight pytest-xdist processes (installed on the H200): the
+# compiles run in parallel (rest-c: 70 s, session 27); leave it off for groups whose tests time
+# kernels (mla-other's bench and autotune tests) if their numbers are read.
 set -o pipefail
 k=""
 groups="mla-cute mla-other fuzz ops gemm rest rest-a rest-b rest-c"

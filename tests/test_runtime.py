@@ -365,7 +365,7 @@ def test_balanced_order_past_the_search_budget_is_a_williams_design(monkeypatch)
 def test_a_cool_predecessor_does_not_favour_one_plan():
     """A plan timed right after a low-power one runs faster (here 10%): with four plans, where the
     fourth is the low-power one, the three identical plans get the same mean (a plain rotation
-    gave the first plan that advantage in 3 of every 4 rounds: means 0.925 against 0.975)."""
+    gave the first plan that advantage in 3 of every 4 rounds: means 0.925, 0.975 and 1.0)."""
     last = [None]
 
     def make(i):

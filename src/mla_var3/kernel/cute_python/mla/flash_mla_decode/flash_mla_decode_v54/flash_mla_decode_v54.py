@@ -285,7 +285,8 @@ class FlashMlaDecodeV54(KernelPlan):
     arch = ("sm_90a",)
     problem_kind = MlaDecodeProblem
     Tiling = FlashMlaSplitTiling
-    quarantine = "compiled for sm_90a and checked on the CPU only: not yet run on the H200"
+    quarantine = ("check 174/174, its 15 GPU tests and compute-sanitizer pass, but it measured 0.968-1.017x "
+                  "v46 on its persistent cells (median 0.988; the static dealing's tail gives back the per-item saving)")
     summary = "CuTe DSL: v46's split items run by persistent CTAs that load the next item's Q early (persistent_ctas)"
 
     def supports(self, problem) -> list[str]:
