@@ -127,6 +127,28 @@ def record_contract(rec: dict) -> str | None:
         return None
 
 
+def order_notes(recs: list[dict]) -> list[str]:
+    """A line when some of the latest bench rows were timed beside two or more other plans in the
+    rotating order the harness used before `bench.balanced_order` (their records name no
+    `interleave_order`): each plan then always followed the same neighbour, and a plan timed after
+    a low-power one ran at a higher clock
+    (docs/knowledge/anti-patterns/fixed-interleave-order-under-power-limits.md)."""
+    pks = list(dict.fromkeys(r["problem_key"] for r in latest_records(recs)
+                             if r.get("kind") == "bench" and isinstance(r.get("time_us"), dict)
+                             and r["time_us"].get("interleaved_with", 0) >= 2
+                             and "interleave_order" not in r["time_us"]))
+    if not pks:
+        return []
+    return [f"note: {len(pks)} problem(s) were timed in the rotating interleave order (records before the "
+            f"balanced order), where each of three or more plans always followed the same one: their ratios "
+            f"can carry a clock bias (compare --clocks)"]
+
+
+def table_notes(recs: list[dict]) -> list[str]:
+    """Every note a table of these records needs: mixed schedule contracts, the old interleave order."""
+    return contract_notes(recs) + order_notes(recs)
+
+
 def contract_notes(recs: list[dict]) -> list[str]:
     """One line per way the latest bench rows of a problem mix the per_call and per_step schedule
     contracts (which kernels on which side), naming the problems: there the per_call rows pay in
@@ -343,7 +365,7 @@ def _main(argv=None) -> int:
         writable_dir("--out", out, targets)
     print(run_context(recs))
     print(ratio_table(recs, args.kernel, clocks=args.clocks, stats=stats) if args.ratios else markdown_table(bench_rows(recs)))
-    for note in contract_notes(recs):
+    for note in table_notes(recs):
         print(note)
     if args.plots:
         try:

@@ -91,8 +91,8 @@ def write_devlog(entry, names: list[str], recs: list[dict], docs: Path, compare:
                                + [[r["kernel"] for r in rows if r["problem"] == pk] for pk in problems])
         lines.sort(key=lambda t: (problems.index(t[0]), kernels.index(t[1])))
         table = "\n".join(table.splitlines()[:2] + [ln for _, _, ln in lines]) + "\n\n" + kept_note(entry.name, kept, kernels)
-    notes = report.contract_notes(recs)
-    if notes:                          # rows on different schedule contracts: say so under the table
+    notes = report.table_notes(recs)
+    if notes:                          # mixed schedule contracts, the old interleave order: say so under the table
         table += "\n\n" + "\n".join(f"- {n}" for n in notes)
     body = report.run_context(records.latest_records(recs)) + "\n\n" + table
     changed = records.update_devlog(path, entry.name, body)

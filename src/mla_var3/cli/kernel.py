@@ -400,7 +400,7 @@ def cmd_bench(names, problems, args, kind) -> int:
             recs += problem.peer_records(device)
     print()
     print(report.text_table(report.bench_rows(recs, baseline=names[0], order=names)))
-    for note in report.contract_notes(recs):
+    for note in report.table_notes(recs):
         print(note)
     write_json(args.json, [r for r in recs if r["kind"] == "bench"])
     return 0
