@@ -185,6 +185,22 @@ def test_progress_synthetic(tmp_path):
     check_png(plots.progress_plot(recs, tmp_path / "p.png", design="demo"))
 
 
+def test_progress_of_many_versions_stacks_its_panels_within_a_width(tmp_path):
+    """54 versions at 1.35 in each made a 17000-pixel strip: past a dozen versions the columns
+    narrow, and past PROGRESS_MAX_WIDTH the fixed and varlen panels stack, each full width."""
+    recs = [_bench(f"demo_v{v}", "demo", v, "cute-dsl", p, 50.0 + v) for v in range(1, 55) for p in PROBLEMS]
+    fig = plots._progress_figure(recs, design="demo")
+    try:
+        w, h = fig.get_size_inches()
+        assert w <= plots.PROGRESS_MAX_WIDTH and h > w / 4
+        panels = [ax for ax in fig.axes if ax.get_title()]
+        assert len(panels) == 2 and panels[0].get_position().y0 > panels[1].get_position().y1   # one above the other
+        assert all(len(ln.get_xdata()) == 54 for ln in progress_lines(fig))
+    finally:
+        plt.close(fig)
+    check_png(plots.progress_plot(recs, tmp_path / "many.png", design="demo"))
+
+
 def test_progress_single_version_single_problem(tmp_path):
     recs = [_bench("demo_v1", "demo", 1, "cute-dsl", PROBLEMS[0], 80.0)]
     fig = plots._progress_figure(recs, design="demo")

@@ -309,6 +309,9 @@ def roofline_plot(recs: list[dict], path, *, design: str | None = None, problems
 # ---------------------------------------------------------------------------------------------
 # progress
 
+PROGRESS_MAX_WIDTH = 30.0     # inches (3900 pixels at the PNGs' 130 dpi)
+
+
 def _metric_value(r: dict, metric: str) -> float:
     return float(r["time_us"]["median"]) if metric == "time" else float(r[metric])
 
@@ -345,13 +348,24 @@ def _progress_figure(recs: list[dict], *, design: str, metric: str = "pct_roofli
     cmap = plt.get_cmap("tab10" if len(lines) <= 10 else "tab20")
     color = {g: cmap(i % cmap.N) for i, g in enumerate(lines)}
 
+    # 1.35 in per version up to a dozen, then narrower: 54 versions at 1.35 in made a 17000-pixel
+    # strip; past PROGRESS_MAX_WIDTH the panels stack, one under the other, each the full width.
+    # Baseline columns keep about 1.3 in each, so their three-line labels do not overlap.
+    per_version = 1.35 if len(versions) <= 12 else max(0.32, 16.0 / len(versions))
+    gap = max(1.0, 1.3 / per_version)
     cols = [f"v{v}" for v in versions] + others
-    xpos = list(range(len(versions))) + [len(versions) + 0.5 + i for i in range(len(others))]
+    xpos = list(range(len(versions))) + [len(versions) - 0.5 + gap * (i + 0.75) for i in range(len(others))]
     x_of = dict(zip(cols, xpos))
-    width = max(4.8, 1.35 * len(versions) + 1.5 * len(others) + 2.2)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels) * (0.85 if len(panels) > 1 else 1), 6.2),
-                             sharey=True, squeeze=False)
-    axes = axes[0]
+    width = max(4.8, per_version * len(versions) + 1.5 * len(others) + 2.2)
+    stacked = len(panels) > 1 and width * len(panels) * 0.85 > PROGRESS_MAX_WIDTH
+    if stacked:
+        fig, axes = plt.subplots(len(panels), 1, figsize=(min(width, PROGRESS_MAX_WIDTH), 5.4 * len(panels)),
+                                 sharey=True, squeeze=False)
+        axes = axes[:, 0]
+    else:
+        fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels) * (0.85 if len(panels) > 1 else 1), 6.2),
+                                 sharey=True, squeeze=False)
+        axes = axes[0]
     for ax, (ptitle, pts) in zip(axes, panels):
         series = defaultdict(lambda: defaultdict(list))     # line -> column -> values
         for r in pts:
@@ -373,15 +387,20 @@ def _progress_figure(recs: list[dict], *, design: str, metric: str = "pct_roofli
         if others:
             ax.axvline(len(versions) - 0.25, color="0.5", lw=0.8, ls=":")
         ax.set_xticks(xpos, [c if c in mine_kernels or c.startswith("v") else _column_label(by_kernel[c]) for c in cols],
-                      fontsize=8)
-        ax.set_xlim(-0.5, xpos[-1] + 0.5)
+                      fontsize=8 if per_version >= 0.5 else 7)
+        if per_version < 0.5:                   # many versions: upright version labels would overlap
+            for t, c in zip(ax.get_xticklabels(), cols):
+                if c.startswith("v"):
+                    t.set_rotation(90)
+        ax.set_xlim(-0.5, xpos[-1] + 0.5 * gap)
         ax.set_xlabel(f"{design} version" + ("  |  baselines (newest version of each)" if others else ""))
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_title(ptitle, fontsize=10)
         if metric == "time":
             ax.set_yscale("log")
     name, better = METRICS[metric]
-    axes[0].set_ylabel(f"{name} ({better})")
+    for ax in axes if stacked else axes[:1]:
+        ax.set_ylabel(f"{name} ({better})")
     if metric in ("pct_roofline", "pct_datasheet"):
         axes[0].set_ylim(0, max(100, axes[0].get_ylim()[1]))
     handles = [Line2D([], [], color=color[g], marker="o", mec="black", mew=0.4, lw=1.8,
