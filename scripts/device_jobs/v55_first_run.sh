@@ -4,9 +4,10 @@
 # --check on the check grid, compute-sanitizer with one column taking every item from the counter,
 # then ncu's detail beside v54 at s_q=2 h_q=128 4096 varlen (the least busy SM, the prediction's
 # number). Carry .aot_tests55 (scripts/aot_test_builds.py tests/test_counter_items.py), .aot_v55
-# (v55's and v54's --compile-only of those cells, v55's check grid), .aot_v54 (v46's) and .flashmla.
+# (v55's, v54's and v46's --compile-only of those cells, v55's check grid and sanitizer shape; 22 MiB)
+# and .flashmla.
 #   run("MLA_VAR3_COMMIT=<hash> bash scripts/device_jobs/v55_first_run.sh",
-#       carry=[".aot_tests55", ".aot_v55", ".aot_v54", ".flashmla"], timeout_s=600)
+#       carry=[".aot_tests55", ".aot_v55", ".flashmla"], timeout_s=600)
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 trap 'pack v55_first_run' EXIT
 step v55_tests 150 python -m pytest -x -q -m gpu tests/test_counter_items.py || exit 1
