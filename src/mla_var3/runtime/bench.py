@@ -112,19 +112,18 @@ def _cyclic_design(n: int) -> tuple[tuple[int, ...], ...] | None:
     depth-first search: instant up to 8 plans); None when the search budget runs out."""
     if n < 2:
         return ((0,) * n,)
-    count: dict[tuple[int, int], int] = {}
+    used: set[tuple[int, int]] = set()              # (a, b): b already timed right after a
     rounds: list[tuple[int, ...]] = []
     steps = [0]
 
     def free(a, b):
-        return a != b and (a, b) not in count
+        return a != b and (a, b) not in used
 
-    def place(k, p):
+    def place(p):
         arcs = list(zip(p, p[1:])) + ([(rounds[-1][-1], p[0])] if rounds else [])
         if len(set(arcs)) < len(arcs) or not all(free(a, b) for a, b in arcs):
             return None
-        for arc in arcs:
-            count[arc] = 1
+        used.update(arcs)
         return arcs
 
     def extend(k):
@@ -136,15 +135,14 @@ def _cyclic_design(n: int) -> tuple[tuple[int, ...], ...] | None:
                 return False
             if k == 0 and p[0] != 0:
                 break
-            arcs = place(k, p)
+            arcs = place(p)
             if arcs is None:
                 continue
             rounds.append(p)
             if extend(k + 1):
                 return True
             rounds.pop()
-            for arc in arcs:
-                del count[arc]
+            used.difference_update(arcs)
         return False
 
     return tuple(rounds) if extend(0) else None
