@@ -10,13 +10,14 @@ import dataclasses
 import pytest
 from compiled_sass import count, split_opcode_counts
 from gpu_helpers import check_with_planted_keys, planted_keys_problem, runnable_plan
-from version_knob import assert_reference_and_bitwise, graph_replay_build
+from version_knob import assert_reference_and_bitwise, graph_replay_build, tiling_without
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
 from mla_var3.runtime import registry, sass
 
 V55, V54, V46 = "flash_mla_decode_v55", "flash_mla_decode_v54", "flash_mla_decode_v46"
+KNOBS = ("persistent_ctas", "item_fetch")     # v55's fields past v46's (the bit-for-bit base)
 HAVE_SASS_TOOLS = bool(sass.find_disassemblers())
 
 
@@ -100,8 +101,7 @@ def aot_builds():
         for ctas in BITWISE_CTAS:
             tiling = bitwise_tiling(problem, fields, ctas)
             yield V55, problem, tiling
-            yield V46, problem, registry.get_plan(V46).Tiling(
-                **{k: v for k, v in tiling.to_dict().items() if k not in ("persistent_ctas", "item_fetch")})
+            yield V46, problem, tiling_without(registry.get_plan(V46), tiling, KNOBS)
     for problem in CHECK_PROBLEMS:
         yield V55, problem, None
     for page_size in (64, 16):
@@ -115,8 +115,7 @@ def aot_builds():
 def test_columns_taking_items_from_the_counter_equal_v46_bit_for_bit(problem, fields, ctas):
     """The check (seeds 0 and 1, the peaked draw: several calls on one workspace, so the counter
     must return to zero after each), then v46 at the same tiling bit for bit."""
-    assert_reference_and_bitwise(V55, problem, bitwise_tiling(problem, fields, ctas),
-                                 ("persistent_ctas", "item_fetch"), base=V46)
+    assert_reference_and_bitwise(V55, problem, bitwise_tiling(problem, fields, ctas), KNOBS, base=V46)
 
 
 @pytest.mark.gpu

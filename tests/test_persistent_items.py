@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 from compiled_sass import count, split_opcode_counts
 from gpu_helpers import check_with_planted_keys, planted_keys_problem, runnable_plan
-from version_knob import assert_reference_and_bitwise, graph_replay_build
+from version_knob import assert_reference_and_bitwise, graph_replay_build, tiling_without
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -97,7 +97,7 @@ def bitwise_tilings(problem, fields, ctas):
     """(v54's tiling, v46's same tiling without persistent_ctas) of one bit-for-bit case."""
     plan, base = registry.get_plan(V54), registry.get_plan(V46)
     tiling = dataclasses.replace(plan.default_tiling(problem), persistent_ctas=ctas, multicast_kv=False, **fields)
-    return tiling, base.Tiling(**{k: v for k, v in tiling.to_dict().items() if k != "persistent_ctas"})
+    return tiling, tiling_without(base, tiling, "persistent_ctas")
 
 
 def planted_tiling(page_size):

@@ -45,6 +45,13 @@ def gpu_plans(name: str, base: str = BASE):
     return plan, base
 
 
+def tiling_without(base_plan, tiling, knob: str | tuple | None = None, base_fields=None):
+    """`base_plan`'s Tiling with `tiling`'s fields but the field `knob` (or the fields), and
+    `base_fields` over them: the build a version is compared with bit for bit."""
+    drop = (knob,) if isinstance(knob, str) else tuple(knob or ())
+    return base_plan.Tiling(**{**{k: v for k, v in tiling.to_dict().items() if k not in drop}, **(base_fields or {})})
+
+
 def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple | None = None, base_fields=None,
                                  base: str = BASE):
     """`name` at `tiling` passes the check on `problem` (seeds 0 and 1, and the peaked draw), and
@@ -58,8 +65,7 @@ def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple |
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
     inputs = problem.make_inputs(seed=3, device="cuda")
-    drop = (knob,) if isinstance(knob, str) else tuple(knob or ())
-    base_tiling = base.Tiling(**{**{k: v for k, v in tiling.to_dict().items() if k not in drop}, **(base_fields or {})})
+    base_tiling = tiling_without(base, tiling, knob, base_fields)
     outs = []
     for pl, t in ((plan, tiling), (base, base_tiling)):
         kern = pl.build(inputs, t)
