@@ -608,8 +608,8 @@ class FlashMlaDecodeKernel:
                 # is known only at run time); warps with no part take no place (they read no ring entry)
                 walks = part < self.refill_warps                 # (a DSL bool: warp 8 + stage + 2 part)
                 rnd = cutlass.Int32(0)
-                k = self.first_place(col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
-                                     warp_idx == PRODUCER_WARP, warp_idx != PRODUCER_WARP, walks)
+                k = self.place_of(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
+                                  warp_idx == PRODUCER_WARP, warp_idx != PRODUCER_WARP, walks)
                 going = self.more(rnd, n_rounds, k, n_places)
                 while going:
                     bidx, split = self.work_item(order, k, n_slots, n_places)
@@ -655,8 +655,8 @@ class FlashMlaDecodeKernel:
                                                             self.pages_per_tile, self.page_size)
                         items += 1
                     rnd += 1
-                    k = self.next_place(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
-                                        warp_idx == PRODUCER_WARP, warp_idx != PRODUCER_WARP)
+                    k = self.place_of(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
+                                      warp_idx == PRODUCER_WARP, warp_idx != PRODUCER_WARP, walks)
                     going = self.more(rnd, n_rounds, k, n_places)
             else:
                 cute.arch.setmaxregister_increase(MATH_REGS)
@@ -699,8 +699,8 @@ class FlashMlaDecodeKernel:
                 n_b = cutlass.Int32(0)
                 items = cutlass.Int32(0)          # v54: items done (q_bar phase)
                 rnd = cutlass.Int32(0)
-                k = self.first_place(col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
-                                     False, True, True)
+                k = self.place_of(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
+                                  False, True, True)
                 going = self.more(rnd, n_rounds, k, n_places)
                 while going:
                     bidx, split = self.work_item(order, k, n_slots, n_places)
@@ -985,8 +985,8 @@ class FlashMlaDecodeKernel:
                         n_b += (t_end - t_begin) // 2
                         items += 1
                     rnd += 1
-                    k = self.next_place(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
-                                        False, True)
+                    k = self.place_of(rnd, col, k_first, counters, rb, ring_k, item_full, item_empty, n_places,
+                                      False, True, True)
                     going = self.more(rnd, n_rounds, k, n_places)
 
         tln.end(rec)
@@ -1041,25 +1041,16 @@ class FlashMlaDecodeKernel:
         return go
 
     @cute.jit
-    def first_place(self, col: cutlass.Int32, k_first: cutlass.Int32, counters: cute.Tensor, rb: cutlass.Int32,
-                    ring_k: cute.Tensor, item_full, item_empty, n_places: cutlass.Int32, writer, reader, walks):
-        """The first place a role runs: round 0's (`place`), or v55's first claim (a warp that
-        walks no item takes none)."""
-        k = self.place(cutlass.Int32(0), col, k_first)
+    def place_of(self, rnd: cutlass.Int32, col: cutlass.Int32, k_first: cutlass.Int32, counters: cute.Tensor,
+                 rb: cutlass.Int32, ring_k: cute.Tensor, item_full, item_empty, n_places: cutlass.Int32, writer,
+                 reader, walks):
+        """The place a role runs in round `rnd`: v54's (`place`), or v55's claim number `rnd` (a warp
+        that walks no item takes none: n_places ends its loop before it starts)."""
+        k = self.place(rnd, col, k_first)
         if cutlass.const_expr(self.counter):
             k = n_places
             if walks:
-                k = self.claim(cutlass.Int32(0), counters, rb, ring_k, item_full, item_empty, n_places, writer, reader)
-        return k
-
-    @cute.jit
-    def next_place(self, rnd: cutlass.Int32, col: cutlass.Int32, k_first: cutlass.Int32, counters: cute.Tensor,
-                   rb: cutlass.Int32, ring_k: cute.Tensor, item_full, item_empty, n_places: cutlass.Int32, writer,
-                   reader):
-        """The place of round `rnd` (`place`), or v55's claim number `rnd`."""
-        k = self.place(rnd, col, k_first)
-        if cutlass.const_expr(self.counter):
-            k = self.claim(rnd, counters, rb, ring_k, item_full, item_empty, n_places, writer, reader)
+                k = self.claim(rnd, counters, rb, ring_k, item_full, item_empty, n_places, writer, reader)
         return k
 
     @cute.jit
