@@ -22,7 +22,7 @@ step ncu_s2_h128_4096_varlen 50 python -m mla_var3.kernel flash_mla_decode_v56 -
 step v56_sanitize 50 python -m mla_var3.kernel flash_mla_decode_v56 --prof_type=sanitize --racecheck-detail \
     --s_q=2 --h_q=64 --seqlens=0,0,17,1000,4097,64 --tiling +persistent_ctas=1,multicast_kv=False,chunk=3,cluster_rows=2 \
     --records="$W/records" --tool-log="$W/logs/sanitize_raw.log"
-step v56_check 100 python -m mla_var3.kernel flash_mla_decode_v56 --check --records="$W/records"
+step v56_check 120 python -m mla_var3.kernel flash_mla_decode_v56 --check --records="$W/records"
 step ncu_s1_h128_8192_varlen 50 python -m mla_var3.kernel flash_mla_decode_v56 --prof_type=ncu --ncu-set=detail \
     --compare=flash_mla_decode_v55 --b=128 --s_q=1 --h_q=128 --seqlen=8192 --varlen \
     --records="$W/records" --tool-log="$W/logs/ncu_raw_s1.log"
