@@ -9,19 +9,7 @@ call. The mbarrier is modelled by its phase parity, aliasing included (a wait on
 whenever the current phase's parity differs from p)."""
 import random
 
-
-class MBarrier:
-    def __init__(self, count):
-        self.count, self.pending, self.phase = count, count, 0
-
-    def arrive(self):
-        self.pending -= 1
-        assert self.pending >= 0
-        if self.pending == 0:
-            self.phase, self.pending = self.phase + 1, self.count
-
-    def passed(self, parity):
-        return self.phase % 2 != parity
+from mbarrier_model import MBarrier
 
 
 def column(col, n_places, ctas, counter, readers, log, rng):

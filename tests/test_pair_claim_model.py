@@ -12,29 +12,7 @@ parity (a wait on parity p passes whenever the current phase's parity differs fr
 transaction count."""
 import random
 
-
-class MBarrier:
-    """Arrival count and transaction bytes; a phase completes when both reach zero."""
-
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _complete_if_done(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
-
-    def arrive(self, expect_tx=0):
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0
-        self._complete_if_done()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._complete_if_done()
-
-    def passed(self, parity):
-        return self.phase % 2 != parity
+from mbarrier_model import MBarrier
 
 
 def cluster(n_places, ctas, counter, readers, log, rng):
