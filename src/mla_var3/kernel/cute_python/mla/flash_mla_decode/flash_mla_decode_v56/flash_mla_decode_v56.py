@@ -234,6 +234,13 @@ def default_cluster_rows(problem) -> int:
     return 2 if row_blocks(problem) % 2 == 0 else 1
 
 
+def other_item_fetches(base: FlashMlaSplitTiling) -> list[str]:
+    """The `item_fetch` values autotune tries beside the default's. Without pairs (cluster_rows 1)
+    "pair" builds "counter"'s kernel (nothing to share), so only one of the two is a candidate."""
+    twins = {"pair", "counter"} if base.cluster_rows == 1 else set()
+    return [f for f in ITEM_FETCH if f != base.item_fetch and not (f in twins and base.item_fetch in twins)]
+
+
 def default_persistent_ctas(problem, tiles: list[int], chunk: int, sms: int = SMS_H200) -> int:
     """v54: one wave of CTAs (132 / row blocks on the H200) where the makespan model finishes them
     first: each column pays the CTA's fixed cost once and PERSISTENT_ITEM_TILES per further item,
@@ -376,8 +383,7 @@ class FlashMlaDecodeV56(KernelPlan):
                    if base.cluster_rows > 1 else [])
                 + [replace(base, full_tile_issue=not base.full_tile_issue)]
                 + [replace(base, wide_tail_zero=not base.wide_tail_zero)]
-                + ([replace(base, item_fetch=f) for f in ITEM_FETCH if f != base.item_fetch]
-                   if base.persistent_ctas else [])
+                + ([replace(base, item_fetch=f) for f in other_item_fetches(base)] if base.persistent_ctas else [])
                 + [replace(base, persistent_ctas=0 if base.persistent_ctas else SMS_H200 // row_blocks(problem),
                            multicast_kv=False if not base.persistent_ctas else base.multicast_kv)])
 
