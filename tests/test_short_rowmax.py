@@ -10,7 +10,8 @@ import itertools
 import pytest
 import torch
 from gpu_helpers import check_with_planted_keys
-from version_knob import KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise
+from version_knob import (KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise,
+                          graph_replay_build, tiling_without)
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -85,23 +86,55 @@ def test_rowmax_sass():
     assert cs.count(counts["tree"], "FMNMX") <= cs.count(counts["fold"], "FMNMX")
 
 
+def mode_tiling(problem, mode: str):
+    return dataclasses.replace(registry.get_plan(V57).default_tiling(problem), rowmax=mode)
+
+
+def planted_tiling(page_size: int, chunk: int):
+    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    return p, dataclasses.replace(registry.get_plan(V57).default_tiling(p), chunk=chunk)
+
+
+PLANTED = [(64, 4), (64, 3), (16, 5)]
+
+
+def aot_builds():
+    """Every build of this file's GPU tests, for scripts/aot_test_builds.py."""
+    for problem in KNOB_CASES:
+        chain = mode_tiling(problem, "chain")
+        yield V57, problem, chain
+        yield V46, problem, tiling_without(registry.get_plan(V46), chain, "rowmax")
+        for mode in ("tree", "fold"):
+            yield V57, problem, mode_tiling(problem, mode)
+    for page_size, chunk in PLANTED:
+        yield V57, *planted_tiling(page_size, chunk)
+    yield V57, *graph_replay_build(V57)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(len(KNOB_CASES)))
+def test_v57_chain_is_v46_bit_for_bit(case):
+    """"chain" against the reference (seeds 0, 1 and the peaked draw) and bit for bit v46."""
+    problem = KNOB_CASES[case]
+    assert_reference_and_bitwise(V57, problem, mode_tiling(problem, "chain"), knob="rowmax", base=V46)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["tree", "fold"])
 @pytest.mark.parametrize("case", range(len(KNOB_CASES)))
-def test_v57_reference_and_chain_is_v46(case, mode):
-    """Each mode against the reference (seeds 0, 1 and the peaked draw); "chain" bit for bit v46."""
+def test_v57_modes_match_the_reference(case, mode):
+    """Each raw-score mode against the reference (seeds 0, 1 and the peaked draw)."""
+    from mla_var3.runtime import check
     problem = KNOB_CASES[case]
     plan = registry.get_plan(V57)
-    tiling = dataclasses.replace(plan.default_tiling(problem), rowmax=mode)
-    assert_reference_and_bitwise(V57, problem, dataclasses.replace(tiling, rowmax="chain"), knob="rowmax", base=V46)
-    from mla_var3.runtime import check
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=tiling)
+    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda",
+                               tiling=mode_tiling(problem, mode))
     failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
     assert results and not failed, "\n".join(failed)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("page_size,chunk", [(64, 4), (64, 3), (16, 5)])
+@pytest.mark.parametrize("page_size,chunk", PLANTED)
 def test_v57_matches_the_reference_with_planted_keys(page_size, chunk):
     """Planted keys move the lazy max on A and B tiles (the exponent's scale must follow the max's);
     odd chunks leave pairs without tile B (raw -inf scores); lengths 1000 and 700 end in partial
@@ -109,8 +142,7 @@ def test_v57_matches_the_reference_with_planted_keys(page_size, chunk):
     plan = registry.get_plan(V57)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
-    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
-    check_with_planted_keys(plan, dataclasses.replace(plan.default_tiling(p), chunk=chunk), page_size=page_size)
+    check_with_planted_keys(plan, planted_tiling(page_size, chunk)[1], page_size=page_size)
 
 
 @pytest.mark.gpu
