@@ -1,4 +1,13 @@
-"""flash_mla_decode_v46: v44's split kernel with `wide_tail_zero` (tail_rows.py): a sequence's partial
+"""flash_mla_decode_v57: v46's split kernel with `rowmax` (short_rowmax.py): the row max of a tile's raw
+scores as a tree, the softmax scale in the exponent's FFMA (`rowmax_step`, `exp_step`); "chain" builds
+v46's. The combine and the order kernel are v46's.
+
+Check (GPU):        MLA_VAR3_RUN_QUARANTINED=1 python -m mla_var3.kernel flash_mla_decode_v57 --check
+Compile only (CPU): python -m mla_var3.kernel flash_mla_decode_v57 --compile-only --arch=sm_90a
+
+v46's notes:
+
+flash_mla_decode_v46: v44's split kernel with `wide_tail_zero` (tail_rows.py): a sequence's partial
 last tile has its value rows past the length cleared 16 bytes per store through an unswizzled
 view, where v13-v44 stored one bf16 at a time through the swizzled one (`zero_tail`).
 
