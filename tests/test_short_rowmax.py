@@ -148,3 +148,9 @@ def test_v57_matches_the_reference_with_planted_keys(page_size, chunk):
 @pytest.mark.gpu
 def test_v57_graph_replay_with_new_lengths():
     assert_graph_replay_with_new_lengths(V57)
+
+
+def test_the_kernel_and_the_plan_name_the_same_modes():
+    pytest.importorskip("cutlass")
+    from mla_var3.kernel.cute_python.mla.flash_mla_decode.flash_mla_decode_v57 import flash_mla_decode_v57, short_rowmax
+    assert short_rowmax.ROWMAX_MODES == flash_mla_decode_v57.ROWMAX_MODES == MODES

@@ -323,8 +323,7 @@ from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
 from .lazy_rescale import exp_against_lazy_max, exp_scaled_against_lazy_max, scale_rows_unless_one
-from .flash_mla_decode_v57 import ROWMAX_MODES
-from .short_rowmax import raw_mask_rowmax, raw_rowmax
+from .short_rowmax import ROWMAX_MODES, raw_mask_rowmax, raw_rowmax
 from .split_refill import load_part, load_part_pair
 from .tail_rows import flat_chunks, zero_rows_from
 from .unmasked_scores import scale_rowmax

@@ -24,6 +24,7 @@ import cutlass.cute as cute
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_max
 
 F32 = cutlass.Float32
+ROWMAX_MODES = ("tree", "fold", "chain")   # the plan's list too (flash_mla_decode_v57.py: no DSL import there)
 
 
 def tree_max(vals: list):
