@@ -6,7 +6,7 @@ multiplies each score by the scale (32 FMUL per thread per tile), folds them int
 one after another (two chains of 16 dependent FMNMX), shuffles across the quad, and later computes
 exp2(s - m) (FADD, MUFU). v57 takes the max of the raw scores pairwise (4 dependent FMNMX per row),
 multiplies only the quad-reduced max by the scale, and computes exp2(s * c - m) (one FFMA per score,
-short_rowmax.py, lazy_rescale.exp_scaled_against_lazy_max). The scale is positive and rounding
+short_rowmax.py, lazy_rescale.exp_against_lazy_max with `raw`). The scale is positive and rounding
 monotonic, so the max is the same number; P differs from v46's by the rounding of one FFMA against
 FMUL + FADD. `rowmax="fold"` keeps v46's chain order on raw scores (the scale move alone);
 `rowmax="chain"` builds v46's kernel. Built on v46, the version in service (v47-v56 are quarantined).

@@ -322,7 +322,7 @@ from mla_var3.kernel.cute_python.common.paged_kv import (expect_tile, read_page_
 from mla_var3.kernel.cute_python.common.reduce import quad_allreduce_sum
 from mla_var3.kernel.cute_python.common.sm90 import acc_rows_cols
 
-from .lazy_rescale import exp_against_lazy_max, exp_scaled_against_lazy_max, scale_rows_unless_one
+from .lazy_rescale import exp_against_lazy_max, scale_rows_unless_one
 from .short_rowmax import ROWMAX_MODES, raw_mask_rowmax, raw_rowmax
 from .split_refill import load_part, load_part_pair
 from .tail_rows import flat_chunks, zero_rows_from
@@ -893,10 +893,7 @@ class FlashMlaDecodeKernel:
                  scale: cute.Tensor, scale_log2: cutlass.Float32):
         """P = exp2 of the scores against the lazy reference max: v46's (scores already scaled) or
         v57's with the scale in the exponent's FFMA (raw scores)."""
-        if cutlass.const_expr(self.rowmax == "chain"):
-            exp_against_lazy_max(s_rc, row_max, row_sum, tile_max, scale)
-        else:
-            exp_scaled_against_lazy_max(s_rc, row_max, row_sum, tile_max, scale, scale_log2)
+        exp_against_lazy_max(s_rc, row_max, row_sum, tile_max, scale, scale_log2, self.rowmax != "chain")
 
     @cute.jit
     def zero_tail(self, sK: cute.Tensor, sK_flat: cute.Tensor, tail: cutlass.Int32, stage: cutlass.Int32,

@@ -26,45 +26,12 @@ RESCALE_THRESHOLD = 8.0       # log2 units: the reference max moves when a tile'
 
 @cute.jit
 def exp_against_lazy_max(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
-                         tile_max: cute.Tensor, scale: cute.Tensor):
+                         tile_max: cute.Tensor, scale: cute.Tensor, scale_log2: F32,
+                         raw: cutlass.Constexpr):
     """common/online_softmax.exp_against_new_max with a lazy reference max: m_ref = max(m, tile_max)
     only if that exceeds m by more than RESCALE_THRESHOLD (or m is -inf), else m_ref = m and the
-    correction `scale` is exactly 1. P = exp2(s - m_ref) in place; l = l * scale + row sum of P."""
-    n_rows = cute.size(s_rc, mode=[0])
-    n_cols = cute.size(s_rc, mode=[1])
-    for r in cutlass.range_constexpr(n_rows):
-        m_old = row_max[r]
-        m_hi = cute.arch.fmax(m_old, tile_max[r])
-        m_ref = m_old
-        if m_hi - m_old > F32(RESCALE_THRESHOLD):          # -inf old: +inf > 8; both -inf: NaN, kept
-            m_ref = m_hi
-        m_off = m_ref if m_ref != -F32.inf else F32(0.0)   # no -inf - (-inf)
-        corr = cute.math.exp2(m_old - m_off, fastmath=True)
-        row_max[r] = m_ref
-        scale[r] = corr
-        psum = F32(0.0)
-        for j in cutlass.range_constexpr(n_cols):
-            p = cute.math.exp2(s_rc[r, j] - m_off, fastmath=True)
-            s_rc[r, j] = p
-            psum += p
-        row_sum[r] = row_sum[r] * corr + psum
-
-
-@cute.jit
-def scale_rows_unless_one(o_rc: cute.Tensor, scale: cute.Tensor):
-    """common/online_softmax.scale_rows, skipped (warp-uniformly) when every row of the warp has
-    scale exactly 1."""
-    need = scale[0] != F32(1.0)
-    for r in cutlass.range_constexpr(1, cute.size(scale)):
-        need = need | (scale[r] != F32(1.0))
-    if cute.arch.vote_any_sync(need):
-        scale_rows(o_rc, scale)
-
-
-@cute.jit
-def exp_scaled_against_lazy_max(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum: cute.Tensor,
-                                tile_max: cute.Tensor, scale: cute.Tensor, scale_log2: F32):
-    """v57: `exp_against_lazy_max` on raw scores (short_rowmax.py): P = exp2(s * scale_log2 - m_ref),
+    correction `scale` is exactly 1. P = exp2(s - m_ref) in place; l = l * scale + row sum of P.
+    v57: with `raw` the scores are unscaled (short_rowmax.py) and P = exp2(s * scale_log2 - m_ref),
     one FFMA per score where v46 had an FMUL in the row-max step and an FADD here."""
     n_rows = cute.size(s_rc, mode=[0])
     n_cols = cute.size(s_rc, mode=[1])
@@ -80,7 +47,20 @@ def exp_scaled_against_lazy_max(s_rc: cute.Tensor, row_max: cute.Tensor, row_sum
         scale[r] = corr
         psum = F32(0.0)
         for j in cutlass.range_constexpr(n_cols):
-            p = cute.math.exp2(s_rc[r, j] * scale_log2 - m_off, fastmath=True)
+            x = s_rc[r, j] * scale_log2 - m_off if cutlass.const_expr(raw) else s_rc[r, j] - m_off
+            p = cute.math.exp2(x, fastmath=True)
             s_rc[r, j] = p
             psum += p
         row_sum[r] = row_sum[r] * corr + psum
+
+
+@cute.jit
+def scale_rows_unless_one(o_rc: cute.Tensor, scale: cute.Tensor):
+    """common/online_softmax.scale_rows, skipped (warp-uniformly) when every row of the warp has
+    scale exactly 1."""
+    need = scale[0] != F32(1.0)
+    for r in cutlass.range_constexpr(1, cute.size(scale)):
+        need = need | (scale[r] != F32(1.0))
+    if cute.arch.vote_any_sync(need):
+        scale_rows(o_rc, scale)
+

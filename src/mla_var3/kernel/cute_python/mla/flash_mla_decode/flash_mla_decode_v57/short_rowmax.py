@@ -14,7 +14,7 @@ Modes (a compile-time string): "chain" is v46's step (unmasked_scores.scale_rowm
 common/online_softmax.scale_mask_rowmax, scores scaled in place); "fold" reads raw scores with
 v46's chain order; "tree" reads raw scores and reduces pairwise. With "fold" and "tree" the
 scores stay unscaled (masked ones -inf) and the exponent step multiplies by the scale
-(lazy_rescale.exp_scaled_against_lazy_max).
+(lazy_rescale.exp_against_lazy_max with `raw`).
 """
 from __future__ import annotations
 
@@ -27,8 +27,14 @@ F32 = cutlass.Float32
 ROWMAX_MODES = ("tree", "fold", "chain")   # the plan's list too (flash_mla_decode_v57.py: no DSL import there)
 
 
-def tree_max(vals: list):
-    """Pairwise max of a Python list of traced floats (plain Python: unrolled while tracing)."""
+def row_max(vals: list, tree: bool):
+    """Max of a Python list of traced floats (plain Python: unrolled while tracing): pairwise
+    ("tree"), or folded from -inf in order (v46's chain)."""
+    if not tree:
+        m = F32(-F32.inf)
+        for v in vals:
+            m = cute.arch.fmax(m, v)
+        return m
     while len(vals) > 1:
         nxt = [cute.arch.fmax(vals[i], vals[i + 1]) for i in range(0, len(vals) - 1, 2)]
         if len(vals) % 2:
@@ -47,13 +53,7 @@ def raw_rowmax(s_rc: cute.Tensor, scale_log2: F32, tile_max: cute.Tensor, tree: 
         vals = []
         for j in cutlass.range_constexpr(n_cols):
             vals.append(s_rc[r, j])
-        if cutlass.const_expr(tree):
-            m = tree_max(vals)
-        else:
-            m = F32(-F32.inf)
-            for j in cutlass.range_constexpr(n_cols):
-                m = cute.arch.fmax(m, vals[j])
-        tile_max[r] = quad_allreduce_max(m) * scale_log2
+        tile_max[r] = quad_allreduce_max(row_max(vals, tree)) * scale_log2
 
 
 @cute.jit
@@ -71,10 +71,4 @@ def raw_mask_rowmax(s_rc: cute.Tensor, c_rc: cute.Tensor, row_lim: cute.Tensor, 
             v = s_rc[r, j] if c_rc[r, j][1] < lim else -F32.inf
             s_rc[r, j] = v
             vals.append(v)
-        if cutlass.const_expr(tree):
-            m = tree_max(vals)
-        else:
-            m = F32(-F32.inf)
-            for j in cutlass.range_constexpr(n_cols):
-                m = cute.arch.fmax(m, vals[j])
-        tile_max[r] = quad_allreduce_max(m) * scale_log2
+        tile_max[r] = quad_allreduce_max(row_max(vals, tree)) * scale_log2
