@@ -1,6 +1,6 @@
-"""Test helpers for GPU tests: a registered plan that can run here (or a skip naming why not), one
-launch of a split-KV version's order stage on given lengths, and a check against the reference with
-keys planted so the running max jumps mid-sequence."""
+"""Test helpers for GPU tests: a registered plan that can run here (or a skip naming why not), the
+check against the reference with every failing case named, one launch of a split-KV version's order
+stage on given lengths, and a check with keys planted so the running max jumps mid-sequence."""
 import pytest
 
 
@@ -13,6 +13,16 @@ def runnable_plan(name: str):
     if not devices.arch_supported(plan.arch, devices.current_device().arch):
         pytest.skip(f"{name} needs {plan.arch}")
     return plan
+
+
+def assert_check_passes(plan, problem, **kwargs):
+    """`plan` passes the check against the reference on `problem` on the GPU (`kwargs`: check_plan's
+    seeds, extra_seeds, tiling); the assertion lists every failing seed and draw. -> the outcomes."""
+    from mla_var3.runtime import check
+    results = check.check_plan(plan, [problem], device="cuda", **kwargs)
+    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+    return results
 
 
 def order_stage_output(plan, lens: list[int], chunk: int, slots: int) -> list[int]:

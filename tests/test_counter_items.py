@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 from compiled_sass import count, split_opcode_counts
-from gpu_helpers import check_with_planted_keys, planted_keys_problem, runnable_plan
+from gpu_helpers import assert_check_passes, check_with_planted_keys, planted_keys_problem, runnable_plan
 from version_knob import assert_reference_and_bitwise, graph_replay_build, tiling_without
 
 from mla_var3.errors import PlanError
@@ -121,11 +121,8 @@ def test_columns_taking_items_from_the_counter_equal_v46_bit_for_bit(problem, fi
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", CHECK_PROBLEMS, ids=lambda p: p.key())
 def test_default_tiling_passes_the_check(problem):
-    from mla_var3.runtime import check
     plan = runnable_plan(V55)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda")
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0, 1), extra_seeds=(0,))
 
 
 @pytest.mark.gpu

@@ -7,6 +7,7 @@ import dataclasses
 import random
 
 import pytest
+from gpu_helpers import assert_check_passes
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -128,14 +129,11 @@ GPU_PROBLEMS = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem,parts", GPU_PROBLEMS, ids=[f"{p.key()}-parts{k}" for p, k in GPU_PROBLEMS])
 def test_balanced_matches_reference(problem, parts):
-    from mla_var3.runtime import check
     plan = registry.get_plan(V4)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     t = plan.Tiling(schedule="balanced", parts=parts)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=t)
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0, 1), extra_seeds=(0,), tiling=t)
 
 
 @pytest.mark.gpu

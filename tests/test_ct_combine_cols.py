@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 import pytest
+from gpu_helpers import assert_check_passes
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -138,16 +139,13 @@ GPU_CASES = ([(p, s, V6, c, 0) for p in GPU_PROBLEMS for s in ("sequence", "bala
 @pytest.mark.parametrize("problem,schedule,version,cols,slots", GPU_CASES,
                          ids=[f"{p.key()}-{s}-{v}-{c}-{k}" for p, s, v, c, k in GPU_CASES])
 def test_column_blocked_combine_matches_reference(problem, schedule, version, cols, slots):
-    from mla_var3.runtime import check
     plan = registry.get_plan(version)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     t = plan.Tiling(schedule=schedule, num_splits=1 if schedule == "balanced" else 5, combine_cols=cols)
     if slots:
         t = dataclasses.replace(t, combine_slots=slots)
-    results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(0,), device="cuda", tiling=t)
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0,), extra_seeds=(0,), tiling=t)
 
 
 @pytest.mark.gpu

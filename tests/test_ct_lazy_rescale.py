@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+from gpu_helpers import assert_check_passes
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -78,11 +79,8 @@ GPU_PROBLEMS = [MlaDecodeProblem(b=7, s_q=1, h_q=16, seqlens=(0, 65, 0, 1, 64, 6
 @pytest.mark.parametrize("schedule", ["sequence", "balanced"])
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=[p.key() for p in GPU_PROBLEMS])
 def test_lazy_matches_reference(problem, schedule):
-    from mla_var3.runtime import check
     plan = registry.get_plan(V5)
     if plan.unavailable():
         pytest.skip(plan.unavailable())
     t = dataclasses.replace(plan.Tiling(schedule=schedule), num_splits=1 if schedule == "balanced" else 3)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0, 1), device="cuda", tiling=t)
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0, 1), extra_seeds=(0, 1), tiling=t)

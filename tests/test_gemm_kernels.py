@@ -1,12 +1,13 @@
 """The GEMM kernel versions (gemm_vN, ct_gemm_vN): what they refuse and why, on the CPU, the
 compile-only CLI, and (GPU) every version against the reference on small ragged shapes."""
 import pytest
+from gpu_helpers import assert_check_passes
 
 from mla_var3.cli.kernel import main
 from mla_var3.errors import PlanError
 from mla_var3.layers.gemm.matmul import GemmProblem
 from mla_var3.layers.mla.decode import MlaDecodeProblem
-from mla_var3.runtime import check, devices, registry
+from mla_var3.runtime import devices, registry
 from mla_var3.runtime.devices import load_devices
 
 GEMM = [e.name for e in registry.all_entries() if e.load().problem_kind is GemmProblem]
@@ -66,9 +67,7 @@ def test_gemm_matches_reference(name, problem):
         pytest.skip(f"{name} needs {plan.arch}; this GPU is {here.arch}")
     if plan.supports(problem):
         pytest.skip(f"{name}: " + "; ".join(plan.supports(problem)))
-    results = check.check_plan(plan, [problem], seeds=(0, 1), device="cuda")
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0, 1))
 
 
 def test_gemm_v4_refuses_a_gpu_without_the_shared_memory():
@@ -206,6 +205,4 @@ def test_persistent_gemm_many_tiles_per_cta(name, problem, tiling):
     here = devices.current_device()
     if not devices.arch_supported(plan.arch, here.arch):
         pytest.skip(f"{name} needs {plan.arch}; this GPU is {here.arch}")
-    results = check.check_plan(plan, [problem], seeds=(0,), extra_seeds=(), device="cuda", tiling=plan.Tiling(**tiling))
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0,), extra_seeds=(), tiling=plan.Tiling(**tiling))

@@ -3,7 +3,7 @@
 skipped with its reason."""
 import pytest
 
-from gpu_helpers import runnable_plan
+from gpu_helpers import assert_check_passes, runnable_plan
 from graph_replay import replay_with_new_lengths
 from mla_var3.layers.mla import decode as mla
 from mla_var3.runtime import check, devices, registry
@@ -25,10 +25,8 @@ def test_kernel_matches_reference(name, problem):
         pytest.skip(f"{name} needs {plan.arch}; this GPU is {here.arch}")
     if plan.supports(problem):
         pytest.skip(f"{name}: " + "; ".join(plan.supports(problem)))
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda")
+    results = assert_check_passes(plan, problem, seeds=(0, 1), extra_seeds=(0,))
     assert len(results) == 3
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert not failed, "\n".join(failed)
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 import torch
-from gpu_helpers import check_with_planted_keys
+from gpu_helpers import assert_check_passes, check_with_planted_keys, planted_keys_problem, runnable_plan
 from version_knob import (KNOB_CASES, assert_graph_replay_with_new_lengths, assert_reference_and_bitwise,
                           graph_replay_build, tiling_without)
 
@@ -91,7 +91,7 @@ def mode_tiling(problem, mode: str):
 
 
 def planted_tiling(page_size: int, chunk: int):
-    p = MlaDecodeProblem(b=2, s_q=2, h_q=64, seqlens=(1000, 700), page_size=page_size)
+    p = planted_keys_problem(page_size)
     return p, dataclasses.replace(registry.get_plan(V57).default_tiling(p), chunk=chunk)
 
 
@@ -124,13 +124,8 @@ def test_v57_chain_is_v46_bit_for_bit(case):
 @pytest.mark.parametrize("case", range(len(KNOB_CASES)))
 def test_v57_modes_match_the_reference(case, mode):
     """Each raw-score mode against the reference (seeds 0, 1 and the peaked draw)."""
-    from mla_var3.runtime import check
     problem = KNOB_CASES[case]
-    plan = registry.get_plan(V57)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda",
-                               tiling=mode_tiling(problem, mode))
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(runnable_plan(V57), problem, seeds=(0, 1), extra_seeds=(0,), tiling=mode_tiling(problem, mode))
 
 
 @pytest.mark.gpu
@@ -139,10 +134,7 @@ def test_v57_matches_the_reference_with_planted_keys(page_size, chunk):
     """Planted keys move the lazy max on A and B tiles (the exponent's scale must follow the max's);
     odd chunks leave pairs without tile B (raw -inf scores); lengths 1000 and 700 end in partial
     tiles (the masked copy's raw -inf)."""
-    plan = registry.get_plan(V57)
-    if plan.unavailable():
-        pytest.skip(plan.unavailable())
-    check_with_planted_keys(plan, planted_tiling(page_size, chunk)[1], page_size=page_size)
+    check_with_planted_keys(runnable_plan(V57), planted_tiling(page_size, chunk)[1], page_size=page_size)
 
 
 @pytest.mark.gpu

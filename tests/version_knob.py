@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from gpu_helpers import assert_check_passes
 
 from mla_var3.errors import PlanError
 from mla_var3.layers.mla.decode import MlaDecodeProblem
@@ -59,11 +60,8 @@ def assert_reference_and_bitwise(name: str, problem, tiling, knob: str | tuple |
     the fields, for a version two knobs past its base) and with `base_fields` over it, bit for bit."""
     import torch
 
-    from mla_var3.runtime import check
     plan, base = gpu_plans(name, base)
-    results = check.check_plan(plan, [problem], seeds=(0, 1), extra_seeds=(0,), device="cuda", tiling=tiling)
-    failed = [f"seed={r.seed} {r.dist}: {r.reason}" for r in results if not r.passed]
-    assert results and not failed, "\n".join(failed)
+    assert_check_passes(plan, problem, seeds=(0, 1), extra_seeds=(0,), tiling=tiling)
     inputs = problem.make_inputs(seed=3, device="cuda")
     base_tiling = tiling_without(base, tiling, knob, base_fields)
     outs = []
